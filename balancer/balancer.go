@@ -1,0 +1,139 @@
+package balancer
+
+import (
+	"errors"
+	"time"
+)
+
+// Errors shared by every picker. Pick returns ErrNoBackend itself (never a
+// wrapped copy, so that Pick allocates nothing); Update and the helpers here
+// wrap the others with %w and say which backend is at fault, so test them
+// with errors.Is.
+var (
+	// ErrNoBackend is returned by Pick when the set is empty.
+	ErrNoBackend = errors.New("balancer: no backend available")
+	// ErrNilBackend reports a nil Backend, or a nil pointer stored in one, in an update.
+	ErrNilBackend = errors.New("balancer: nil backend")
+	// ErrEmptyID reports a backend whose ID is the empty string.
+	ErrEmptyID = errors.New("balancer: empty backend ID")
+	// ErrDuplicateID reports two backends with the same ID in one update.
+	ErrDuplicateID = errors.New("balancer: duplicate backend ID")
+	// ErrBadWeight reports a weight outside [1, MaxWeight].
+	ErrBadWeight = errors.New("balancer: weight out of range")
+	// ErrBadKey reports an affinity key a picker cannot use, such as a
+	// client address that does not parse.
+	ErrBadKey = errors.New("balancer: bad affinity key")
+)
+
+// MaxWeight is the largest weight Validate accepts. The bound keeps sums of
+// weights and weight-proportional tables (wrr's schedule, consistent's ring)
+// far from overflow; algorithms that build tables reduce weights further, as
+// their docs say.
+const MaxWeight = 1_000_000
+
+// Backend is one upstream: a server address, a gRPC SubConn, anything a
+// request can be sent to.
+//
+// ID must be stable for the life of the backend and unique within a set;
+// per-backend state (in-flight counts, latency estimates, health) is keyed
+// by it and carried across updates, and hash pickers place a backend by it,
+// so the same ID maps the same keys in every process. An address such as
+// "10.0.0.1:8080" is the usual choice.
+//
+// A Backend may also implement Weighter. Endpoint is a ready implementation.
+type Backend interface {
+	ID() string
+}
+
+// Weighter is implemented by backends that carry a weight. Algorithms that
+// use weights (wrr, leastconn, consistent) read it with WeightOf once per
+// Update; a Backend that does not implement Weighter weighs 1.
+type Weighter interface {
+	// Weight returns the backend's relative capacity, in [1, MaxWeight].
+	Weight() int
+}
+
+// WeightOf returns b's weight: b.Weight() if b is a Weighter, else 1. It does
+// not validate; Validate does.
+func WeightOf(b Backend) int {
+	if w, ok := b.(Weighter); ok {
+		return w.Weight()
+	}
+	return 1
+}
+
+// Request describes one selection. It is a small value passed by copy; a
+// Picker must not keep it.
+type Request struct {
+	// Key is the affinity key: the client address for iphash, any string
+	// (session ID, user ID, URL path) for consistent. Pickers without
+	// affinity ignore it.
+	Key string
+
+	// Attempt is 0 for a request's first try and n for its n-th retry. Hash
+	// pickers return the n-th distinct backend after the key's own, walking
+	// their ring or table, so that each retry of one key reaches a different
+	// backend, and the same one in every process. Other pickers ignore it.
+	Attempt int
+
+	// Avoid, when not empty, is the ID of a backend to skip, usually the one
+	// the previous attempt failed on. Every picker returns another backend
+	// when the set holds one; with a single backend it returns that one, and
+	// the caller decides whether to send.
+	Avoid string
+}
+
+// Result is what the caller learned from one request to a picked backend.
+type Result struct {
+	// Latency is the time from sending the request to the response, or to
+	// the failure.
+	Latency time.Duration
+	// Err is nil on success. Otherwise it is the transport error or an error
+	// the caller made for a response it counts as a failure (a 5xx, say).
+	// Health's passive checks look for a refused connection with
+	// errors.Is(err, syscall.ECONNREFUSED).
+	Err error
+}
+
+// Picker selects a backend for a request.
+//
+// Pick never blocks, takes no lock and allocates nothing, so it is safe and
+// cheap to call from any number of goroutines. It returns ErrNoBackend when
+// the set is empty, and may return another error (wrapping ErrBadKey) when
+// the request cannot be served as asked, never a nil Backend with a nil error.
+type Picker interface {
+	Pick(Request) (Backend, error)
+}
+
+// Feedback is implemented by pickers and decorators that learn from finished
+// requests: in-flight counting (leastconn, consistent's bounded loads, lrt),
+// latency estimates (lrt), passive health checks.
+//
+// Call Done exactly once for every backend Pick returned, when the request
+// to it has finished, failed or been abandoned. Done for a backend that has
+// since left the set, or was never in it, is harmless. Find Feedback with a
+// type assertion, once, when wiring:
+//
+//	fb, _ := picker.(balancer.Feedback) // nil if the picker learns nothing
+type Feedback interface {
+	Done(Backend, Result)
+}
+
+// Updater replaces the set of backends a picker chooses from.
+//
+// Update validates the whole set first (see Validate); on error it returns
+// it and the previous set stays in use. On success it publishes an immutable
+// snapshot, and every Pick that starts after Update returns sees the new set.
+// Update does not keep the caller's slice: changing it afterwards has no
+// effect. An empty or nil set is valid; Pick then returns ErrNoBackend.
+// Calls to Update are serialised; they never block Pick.
+type Updater interface {
+	Update([]Backend) error
+}
+
+// Balancer is a Picker whose set can be replaced. Every algorithm in lbkit is
+// one, and so is the health decorator.
+type Balancer interface {
+	Picker
+	Updater
+}

@@ -1,0 +1,193 @@
+package balancer_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lbkit/lbkit/balancer"
+)
+
+// plain is a Backend without a weight.
+type plain string
+
+func (p plain) ID() string { return string(p) }
+
+// heavy is a non-pointer Backend with a weight.
+type heavy struct {
+	id string
+	w  int
+}
+
+func (h heavy) ID() string  { return h.id }
+func (h heavy) Weight() int { return h.w }
+
+func TestWeightOf(t *testing.T) {
+	assert.Equal(t, 1, balancer.WeightOf(plain("a")))
+	assert.Equal(t, 7, balancer.WeightOf(heavy{"a", 7}))
+	assert.Equal(t, 3, balancer.WeightOf(balancer.NewEndpoint("a", 3)))
+	assert.Equal(t, -2, balancer.WeightOf(balancer.NewEndpoint("a", -2)), "WeightOf does not validate")
+}
+
+func TestEndpoint(t *testing.T) {
+	e := balancer.NewEndpoint("10.0.0.1:80", 5)
+	assert.Equal(t, "10.0.0.1:80", e.ID())
+	assert.Equal(t, "10.0.0.1:80", e.Addr())
+	assert.Equal(t, "10.0.0.1:80", e.String())
+	assert.Equal(t, 5, e.Weight())
+
+	bs := balancer.Endpoints("a:1", "b:1")
+	require.Len(t, bs, 2)
+	assert.Equal(t, "b:1", bs[1].ID())
+	assert.Equal(t, 1, balancer.WeightOf(bs[0]))
+	assert.Empty(t, balancer.Endpoints())
+}
+
+func TestValidate(t *testing.T) {
+	var nilEndpoint *balancer.Endpoint
+	var nilMapBackend mapBackend
+	tests := []struct {
+		name string
+		set  []balancer.Backend
+		want error  // nil for a valid set
+		msg  string // the whole message, when want is not nil
+	}{
+		{"nil set", nil, nil, ""},
+		{"empty set", []balancer.Backend{}, nil, ""},
+		{"mixed types", []balancer.Backend{plain("a"), heavy{"b", 2}, balancer.NewEndpoint("c", balancer.MaxWeight)}, nil, ""},
+		{"nil interface", []balancer.Backend{plain("a"), nil}, balancer.ErrNilBackend, "balancer: nil backend at position 1"},
+		{"nil pointer", []balancer.Backend{nilEndpoint}, balancer.ErrNilBackend, "balancer: nil backend at position 0"},
+		{"nil map", []balancer.Backend{plain("a"), nilMapBackend}, balancer.ErrNilBackend, "balancer: nil backend at position 1"},
+		{"empty ID", []balancer.Backend{plain("")}, balancer.ErrEmptyID, "balancer: empty backend ID at position 0"},
+		{"duplicate", []balancer.Backend{plain("a"), plain("b"), heavy{"a", 1}}, balancer.ErrDuplicateID, `balancer: duplicate backend ID "a" at positions 0 and 2`},
+		{"negative weight", []balancer.Backend{heavy{"a", -1}}, balancer.ErrBadWeight, `balancer: weight out of range: "a" at position 0 has weight -1, want 1 to 1000000`},
+		{"zero weight", []balancer.Backend{plain("x"), heavy{"a", 0}}, balancer.ErrBadWeight, `balancer: weight out of range: "a" at position 1 has weight 0, want 1 to 1000000`},
+		{"weight too large", []balancer.Backend{heavy{"a", balancer.MaxWeight + 1}}, balancer.ErrBadWeight, `balancer: weight out of range: "a" at position 0 has weight 1000001, want 1 to 1000000`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := balancer.Validate(tt.set)
+			if tt.want == nil {
+				assert.NoError(t, err)
+				return
+			}
+			assert.True(t, errors.Is(err, tt.want), "got %v", err)
+			assert.EqualError(t, err, tt.msg)
+		})
+	}
+}
+
+type mapBackend map[string]string
+
+func (m mapBackend) ID() string { return m["id"] }
+
+type counter struct {
+	balancer.InFlight
+	picks int
+}
+
+func TestRegistryCarriesState(t *testing.T) {
+	var r balancer.Registry[counter]
+	s1 := r.Sync(balancer.Endpoints("a", "b", "c"))
+	require.Equal(t, 3, s1.Len())
+	s1.At(0).picks = 10
+	s1.At(2).picks = 30
+
+	// Reordered, one removed, one added: state follows the ID.
+	s2 := r.Sync(balancer.Endpoints("c", "d", "a"))
+	assert.Equal(t, 30, s2.At(0).picks)
+	assert.Equal(t, 0, s2.At(1).picks)
+	assert.Equal(t, 10, s2.At(2).picks)
+	assert.Same(t, s1.At(0), s2.At(2))
+
+	// b was removed but stays reachable, so a late Done finds its counter.
+	b := balancer.NewEndpoint("b", 1)
+	require.NotNil(t, s2.Lookup(b))
+	assert.Same(t, s1.At(1), s2.Lookup(b))
+	assert.Nil(t, s2.Lookup(balancer.NewEndpoint("never", 1)))
+	assert.Nil(t, s2.Lookup(nil))
+
+	// And b comes back with what was learned about it.
+	s1.At(1).picks = 20
+	s3 := r.Sync(balancer.Endpoints("b"))
+	assert.Equal(t, 20, s3.At(0).picks)
+}
+
+func TestRegistryBoundsRetired(t *testing.T) {
+	var r balancer.Registry[counter]
+	live := balancer.Endpoints("live")
+	// Churn through 1000 short-lived backends.
+	var last balancer.States[counter]
+	for i := range 1000 {
+		set := append([]balancer.Backend{}, live...)
+		set = append(set, balancer.NewEndpoint(fmt.Sprint("temp-", i), 1))
+		last = r.Sync(set)
+	}
+	last = r.Sync(live)
+	reachable := 0
+	for i := range 1000 {
+		if last.Lookup(balancer.NewEndpoint(fmt.Sprint("temp-", i), 1)) != nil {
+			reachable++
+		}
+	}
+	// At least 64 are kept (the most recent), and no more than that here,
+	// since the live set is small.
+	assert.Equal(t, 64, reachable)
+	assert.NotNil(t, last.Lookup(balancer.NewEndpoint("temp-999", 1)), "the most recently removed is kept")
+	assert.Nil(t, last.Lookup(balancer.NewEndpoint("temp-0", 1)), "the oldest is evicted")
+}
+
+// A backend that flaps in and out many times keeps one state and does not
+// grow the registry.
+func TestRegistryFlapping(t *testing.T) {
+	var r balancer.Registry[counter]
+	all := balancer.Endpoints("a", "b")
+	first := r.Sync(all).At(1)
+	first.picks = 5
+	for range 10000 {
+		r.Sync(all[:1])
+		r.Sync(all)
+	}
+	s := r.Sync(all)
+	assert.Same(t, first, s.At(1))
+	assert.Equal(t, 5, s.At(1).picks)
+}
+
+func TestInFlightNeverNegative(t *testing.T) {
+	var c balancer.InFlight
+	assert.Equal(t, int64(1), c.Inc())
+	c.Dec()
+	c.Dec()
+	assert.Equal(t, int64(0), c.Load())
+	c.Inc()
+	assert.Equal(t, int64(1), c.Load())
+}
+
+func TestInFlightConcurrent(t *testing.T) {
+	var c balancer.InFlight
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				c.Inc()
+				c.Dec()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(0), c.Load())
+}
+
+func TestLookupAllocs(t *testing.T) {
+	var r balancer.Registry[balancer.InFlight]
+	bs := balancer.Endpoints("a", "b", "c")
+	s := r.Sync(bs)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		s.Lookup(bs[1]).Inc()
+		s.Lookup(bs[1]).Dec()
+	}))
+}

@@ -1,0 +1,45 @@
+package balancer
+
+// Endpoint is a ready-made Backend: a network address, which is also its ID,
+// and a weight. Use it when the address is all a picker needs to carry; wrap
+// your own type (a URL, a connection pool) when it is not.
+//
+// An Endpoint is immutable and safe for concurrent use.
+type Endpoint struct {
+	addr   string
+	weight int
+}
+
+var (
+	_ Backend  = (*Endpoint)(nil)
+	_ Weighter = (*Endpoint)(nil)
+)
+
+// NewEndpoint returns an Endpoint for addr with the given weight. The weight
+// is checked by Update (see Validate), not here, so that a bad value from
+// configuration is reported with the rest of the set.
+func NewEndpoint(addr string, weight int) *Endpoint {
+	return &Endpoint{addr: addr, weight: weight}
+}
+
+// Endpoints returns one Endpoint of weight 1 for each address, typed as the
+// []Backend that Update takes.
+func Endpoints(addrs ...string) []Backend {
+	bs := make([]Backend, len(addrs))
+	for i, a := range addrs {
+		bs[i] = &Endpoint{addr: a, weight: 1}
+	}
+	return bs
+}
+
+// ID returns the address.
+func (e *Endpoint) ID() string { return e.addr }
+
+// Addr returns the address, such as "10.0.0.1:8080".
+func (e *Endpoint) Addr() string { return e.addr }
+
+// Weight returns the weight given to NewEndpoint.
+func (e *Endpoint) Weight() int { return e.weight }
+
+// String returns the address.
+func (e *Endpoint) String() string { return e.addr }

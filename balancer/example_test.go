@@ -1,0 +1,90 @@
+package balancer_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lbkit/lbkit/balancer"
+)
+
+// leastLoaded is a picker written outside lbkit with lbkit's ground floor: a
+// copy-on-write snapshot, per-backend state carried by ID, and in-flight
+// counting. (It scans every backend; see package leastconn for the real one.)
+type leastLoaded struct {
+	mu   sync.Mutex // writers only
+	reg  balancer.Registry[balancer.InFlight]
+	snap atomic.Pointer[loadSnap]
+}
+
+type loadSnap struct {
+	backends []balancer.Backend
+	states   balancer.States[balancer.InFlight]
+}
+
+func (p *leastLoaded) Update(bs []balancer.Backend) error {
+	if err := balancer.Validate(bs); err != nil {
+		return fmt.Errorf("leastloaded: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	bs = append([]balancer.Backend(nil), bs...)
+	p.snap.Store(&loadSnap{backends: bs, states: p.reg.Sync(bs)})
+	return nil
+}
+
+func (p *leastLoaded) Pick(req balancer.Request) (balancer.Backend, error) {
+	s := p.snap.Load()
+	if s == nil || len(s.backends) == 0 {
+		return nil, balancer.ErrNoBackend
+	}
+	best := -1
+	for i, b := range s.backends {
+		if b.ID() == req.Avoid && len(s.backends) > 1 {
+			continue
+		}
+		if best < 0 || s.states.At(i).Load() < s.states.At(best).Load() {
+			best = i
+		}
+	}
+	s.states.At(best).Inc()
+	return s.backends[best], nil
+}
+
+func (p *leastLoaded) Done(b balancer.Backend, _ balancer.Result) {
+	if s := p.snap.Load(); s != nil {
+		if st := s.states.Lookup(b); st != nil {
+			st.Dec()
+		}
+	}
+}
+
+// Example writes a picker of one's own on balancer's shared pieces.
+func Example() {
+	p := &leastLoaded{}
+	_ = p.Update(balancer.Endpoints("a:80", "b:80", "c:80"))
+
+	x, _ := p.Pick(balancer.Request{}) // a: 1 in flight
+	y, _ := p.Pick(balancer.Request{}) // b: 1 in flight
+	p.Done(x, balancer.Result{})       // a: 0 in flight
+	z, _ := p.Pick(balancer.Request{}) // a and c tie at 0; the scan takes a
+	fmt.Println(x.ID(), y.ID(), z.ID())
+
+	// b leaves and comes back: its in-flight count is carried by ID.
+	_ = p.Update(balancer.Endpoints("a:80", "c:80"))
+	_ = p.Update(balancer.Endpoints("a:80", "b:80", "c:80"))
+	w, _ := p.Pick(balancer.Request{})
+	fmt.Println(w.ID())
+	// Output:
+	// a:80 b:80 a:80
+	// c:80
+}
+
+func ExampleValidate() {
+	err := balancer.Validate([]balancer.Backend{
+		balancer.NewEndpoint("10.0.0.1:80", 2),
+		balancer.NewEndpoint("10.0.0.1:80", 1),
+	})
+	fmt.Println(err)
+	// Output: balancer: duplicate backend ID "10.0.0.1:80" at positions 0 and 1
+}

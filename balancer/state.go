@@ -1,0 +1,159 @@
+package balancer
+
+import "sync/atomic"
+
+// minRetained is how many removed backends' states a Registry keeps at
+// least, whatever the size of the live set.
+const minRetained = 64
+
+// Registry keeps one *S per backend ID across updates, so that what an
+// algorithm has learned about a backend (its in-flight count, its latency)
+// survives a membership change or a health flap that removes it and adds it
+// back.
+//
+// A removed backend's state is retired, not dropped: it stays reachable
+// through States.Lookup, so that a Done arriving after the removal still
+// finds the counter its Pick incremented, and it is revived if the ID comes
+// back. Retired states are evicted oldest first once there are more of them
+// than live backends (and more than 64), so memory stays bounded under churn.
+//
+// A Registry is for writers only: call Sync under the mutex that serialises
+// a picker's updates. The zero value is ready to use. What Sync returns is
+// immutable and safe for any number of concurrent readers.
+type Registry[S any] struct {
+	live    map[string]*S
+	retired map[string]retiredState[S]
+	queue   []retiredID // retirement order, oldest first; may hold stale entries
+	seq     uint64
+}
+
+type retiredState[S any] struct {
+	s   *S
+	seq uint64
+}
+
+type retiredID struct {
+	id  string
+	seq uint64
+}
+
+// Sync returns the states of bs, in order, reusing the state of every ID it
+// has seen before (live or retired) and allocating a zero S for new ones.
+// Backends of the previous Sync missing from bs are retired. bs must already
+// be valid (see Validate).
+//
+// Cost: O(live + retired), one map and one slice allocated per call.
+func (r *Registry[S]) Sync(bs []Backend) States[S] {
+	if r.retired == nil {
+		r.retired = make(map[string]retiredState[S])
+	}
+	live := make(map[string]*S, len(bs))
+	list := make([]*S, len(bs))
+	for i, b := range bs {
+		id := b.ID()
+		s := r.live[id]
+		if s == nil {
+			if e, ok := r.retired[id]; ok {
+				s = e.s
+				delete(r.retired, id)
+			} else {
+				s = new(S)
+			}
+		}
+		live[id] = s
+		list[i] = s
+	}
+	for id, s := range r.live {
+		if _, ok := live[id]; !ok {
+			r.seq++
+			r.retired[id] = retiredState[S]{s: s, seq: r.seq}
+			r.queue = append(r.queue, retiredID{id: id, seq: r.seq})
+		}
+	}
+	r.live = live
+	r.evict()
+
+	byID := make(map[string]*S, len(live)+len(r.retired))
+	for id, e := range r.retired {
+		byID[id] = e.s
+	}
+	for id, s := range live {
+		byID[id] = s
+	}
+	return States[S]{list: list, byID: byID}
+}
+
+// evict drops the oldest retired states beyond the bound, and compacts the
+// queue when revived IDs have left it mostly stale.
+func (r *Registry[S]) evict() {
+	limit := max(len(r.live), minRetained)
+	for len(r.retired) > limit && len(r.queue) > 0 {
+		q := r.queue[0]
+		r.queue = r.queue[1:]
+		if e, ok := r.retired[q.id]; ok && e.seq == q.seq {
+			delete(r.retired, q.id)
+		}
+	}
+	if len(r.queue) > 2*len(r.retired)+minRetained {
+		fresh := make([]retiredID, 0, len(r.retired))
+		for _, q := range r.queue {
+			if e, ok := r.retired[q.id]; ok && e.seq == q.seq {
+				fresh = append(fresh, q)
+			}
+		}
+		r.queue = fresh
+	}
+}
+
+// States is an immutable view of per-backend state for one published set:
+// the states of the live backends in set order, and a lookup by ID that also
+// reaches recently removed backends. Keep it in the picker's snapshot.
+type States[S any] struct {
+	list []*S
+	byID map[string]*S
+}
+
+// Len returns the number of live backends.
+func (s States[S]) Len() int { return len(s.list) }
+
+// At returns the state of the i-th backend of the set given to Sync.
+func (s States[S]) At(i int) *S { return s.list[i] }
+
+// Lookup returns b's state, or nil if b is nil or its ID is neither live nor
+// retired. Done uses it; it costs one map read and allocates nothing.
+func (s States[S]) Lookup(b Backend) *S {
+	if b == nil {
+		return nil
+	}
+	return s.byID[b.ID()]
+}
+
+// InFlight counts the requests in flight on one backend: Pick calls Inc on
+// the backend it returns, Done calls Dec. It is padded to a cache line so
+// that the counters of different backends, allocated side by side, do not
+// slow each other down through false sharing.
+//
+// The zero value is ready to use. Safe for concurrent use; must not be
+// copied after first use.
+type InFlight struct {
+	n atomic.Int64
+	_ [56]byte
+}
+
+// Inc adds one request and returns the new count.
+func (c *InFlight) Inc() int64 { return c.n.Add(1) }
+
+// Dec removes one request, never taking the count below zero: a late Done
+// for a backend whose state was evicted and made anew must not leave the
+// new counter negative, which would make least-loaded pickers flood it.
+func (c *InFlight) Dec() {
+	for {
+		n := c.n.Load()
+		if n <= 0 || c.n.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+// Load returns the current count.
+func (c *InFlight) Load() int64 { return c.n.Load() }
