@@ -110,6 +110,8 @@ func TestRegistryCarriesState(t *testing.T) {
 	assert.Same(t, s1.At(1), s2.Lookup(b))
 	assert.Nil(t, s2.Lookup(balancer.NewEndpoint("never", 1)))
 	assert.Nil(t, s2.Lookup(nil))
+	assert.Same(t, s1.At(1), s2.LookupID("b"))
+	assert.Nil(t, s2.LookupID("never"))
 
 	// And b comes back with what was learned about it.
 	s1.At(1).picks = 20

@@ -128,6 +128,11 @@ func (s States[S]) Lookup(b Backend) *S {
 	return s.byID[b.ID()]
 }
 
+// LookupID is Lookup by ID, for accessors that are given an ID rather than
+// a Backend (metrics, tests). It returns nil for an ID neither live nor
+// retired.
+func (s States[S]) LookupID(id string) *S { return s.byID[id] }
+
 // InFlight counts the requests in flight on one backend: Pick calls Inc on
 // the backend it returns, Done calls Dec. It is padded to a cache line so
 // that the counters of different backends, allocated side by side, do not
