@@ -1,0 +1,84 @@
+package wrr_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/balancer/balancertest"
+	"github.com/lbkit/lbkit/wrr"
+)
+
+// randomSet returns n endpoints with weights from 1 to hi, from a fixed seed.
+func randomSet(n, hi int) []balancer.Backend {
+	r := rand.New(rand.NewPCG(1, 2))
+	bs := make([]balancer.Backend, n)
+	for i := range bs {
+		bs[i] = balancer.NewEndpoint(fmt.Sprintf("10.%d.%d.%d:8080", i>>16&255, i>>8&255, i&255), 1+r.IntN(hi))
+	}
+	return bs
+}
+
+// BenchmarkPick calls Pick on a *wrr.Picker, as code holding the concrete
+// type does, over backends weighted 1 to 100. The schedule for 1024 of them
+// is about 52000 slots, so the n=1024 figures include walking 200 KiB.
+func BenchmarkPick(b *testing.B) {
+	for _, n := range []int{4, 64, 1024} {
+		p := wrr.New()
+		if err := p.Update(randomSet(n, 100)); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("n=%d/mode=serial", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = p.Pick(balancer.Request{})
+			}
+		})
+		b.Run(fmt.Sprintf("n=%d/mode=parallel", n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					_, _ = p.Pick(balancer.Request{})
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkPickInterface runs the harness every algorithm shares, with
+// weights 1 to 100: Pick through the balancer.Balancer interface, as a proxy
+// holding any picker pays it.
+func BenchmarkPickInterface(b *testing.B) {
+	balancertest.Benchmark(b, func() balancer.Balancer { return wrr.New() }, balancertest.BenchOptions{Weighted: true})
+}
+
+// BenchmarkUpdate measures building a schedule: validation, slot counts and
+// the tournament. With weights up to 10000 the sums far exceed the default
+// capacity, so the period is 2¹⁸ slots; with weights up to 100 it is the
+// sum itself. It reports the period as slots/op.
+func BenchmarkUpdate(b *testing.B) {
+	for _, c := range []struct{ n, hi, slots int }{
+		{4, 100, 0}, {64, 100, 0}, {1024, 100, 0},
+		{64, 10000, 0}, {1024, 10000, 0},
+		{1024, 10000, 1 << 16}, {1024, 10000, 1 << 20},
+	} {
+		name := fmt.Sprintf("n=%d/weights=1..%d", c.n, c.hi)
+		opts := []wrr.Option{}
+		if c.slots != 0 {
+			name += fmt.Sprintf("/max=%d", c.slots)
+			opts = append(opts, wrr.WithMaxSchedule(c.slots))
+		}
+		bs := randomSet(c.n, c.hi)
+		b.Run(name, func(b *testing.B) {
+			p := wrr.New(opts...)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := p.Update(bs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(p.Period()), "slots/op")
+		})
+	}
+}

@@ -1,0 +1,151 @@
+// Package wrr is smooth weighted round robin: each backend gets a share of
+// requests in proportion to its weight, and its turns are spread through
+// the sequence rather than sent in bursts. The sequence is nginx's.
+//
+// Use it when backends differ in capacity and requests cost about the same.
+// When backends are alike use rr (wrr with equal weights is rr, turn for
+// turn); when request costs vary, use leastconn.
+//
+//	p := wrr.New()
+//	err := p.Update([]balancer.Backend{
+//		balancer.NewEndpoint("10.0.0.1:8080", 5),
+//		balancer.NewEndpoint("10.0.0.2:8080", 1),
+//	})
+//	b, err := p.Pick(balancer.Request{})
+//
+// # Algorithm
+//
+// nginx's ngx_http_upstream_get_peer (src/http/ngx_http_upstream_round_robin.c)
+// keeps a current weight per backend. For each request it adds every
+// backend's weight to its current weight, picks the backend with the
+// largest current weight (the first one on ties), and takes the sum of all
+// weights from the one picked. For weights a=5, b=1, c=1 (sum 7):
+//
+//	step  current before  pick  current after
+//	1      5   1   1       a     −2   1   1
+//	2      3   2   2       a     −4   2   2
+//	3      1   3   3       b      1  −4   3
+//	4      6  −3   4       a     −1  −3   4
+//	5      4  −2   5       c      4  −2  −2
+//	6      9  −1  −1       a      2  −1  −1
+//	7      7   0   0       a      0   0   0
+//
+// After as many steps as the weights sum to, every current weight is back
+// at zero and the sequence, a a b a c a a, repeats. nginx scans every
+// backend per request, O(n); so do the best Go ports (about 2 µs a pick at
+// 1024 backends). wrr instead computes one period of the sequence when the
+// set changes, as a schedule of backend indexes, and Pick reads the slot
+// that one shared atomic counter points at, modulo the period (by Lemire's
+// fastmod, as in rr): O(1) whatever the number of backends. The counter
+// starts at a random value (WithRand), so that a fleet of proxies started
+// together does not send its first requests to the same backend, and it
+// carries on across updates.
+//
+// With equal weights the period is one turn each in set order, so wrr and
+// rr pick the same sequence from the same start, including what Avoid does.
+//
+// nginx also lowers a backend's effective weight after a failure and lets
+// it climb back; wrr leaves failures to the health package, which hands it
+// a new set.
+//
+// # Avoid
+//
+// A request whose Avoid names the backend whose turn it is gets the backend
+// of the next turn that is not that one's, however long its run: each slot
+// of the schedule carries that second answer, found when the schedule is
+// built. The counter moves one step either way, so the next request keeps
+// its own turn.
+//
+// # Smoothness
+//
+// A backend of weight w among others weighing R in all must somewhere be
+// picked ⌈w/R⌉ times in a row (R turns cannot split w turns into shorter
+// runs). With two backends nginx's longest run is exactly that; with more
+// it stayed within twice that over 2,500 random sets (TestLongestRun; not
+// proven), and the +1 one might hope for does not hold: light backends can
+// bunch, as in 763,6,17, whose first backend runs to 39 where 34 would do.
+// wrr keeps nginx's sequence, runs included.
+//
+// # Schedule size and accuracy
+//
+// The weights are first divided by their greatest common divisor (this
+// does not change the sequence; 10,2,2 is 5,1,1), so the period is the sum
+// of the reduced weights. That sum is bounded by the schedule's capacity
+// C: DefaultMaxSchedule = 2¹⁸ slots unless WithMaxSchedule says otherwise,
+// and at least 2n. A slot is eight bytes (the backend, and the one to take
+// when it is avoided), so by default the schedule takes at most 2 MiB.
+// Weights that sum to more are scaled to fill exactly C slots, and the
+// schedule is nginx's sequence for the scaled weights:
+//
+//  1. Backends whose fair part of C slots is below one slot get one, so
+//     that none is starved; lightest first, since the slots they take
+//     leave less for the rest (see slotCounts). Call their number k and
+//     their weight W_k.
+//  2. The other C−k slots are shared by largest remainders: each backend
+//     gets the floor or the ceiling of its quota q = w·(C−k)/(W−W_k), and
+//     q ≥ 1.
+//
+// Bound: every backend's share of the schedule is within (k+1)/C of its
+// weight share w/W.
+//
+// Proof. A backend held to one slot was held because w·(C−j) < W−W_j ≤ W,
+// where j < k is the number of lighter ones held before it; so
+// w/W < 1/(C−k), and its error e = 1/C − w/W lies in (−k/(C(C−k)), 1/C).
+// Since k ≤ n ≤ C/2, |e| < 1/C. Let δ = k/C − W_k/W, the sum of those
+// errors; |δ| < k/C. Any other backend has slots = q + r with |r| < 1, and
+//
+//	slots/C − w/W = r/C + (w/(W−W_k))·((C−k)/C − (W−W_k)/W) = r/C − p·δ
+//
+// with p = w/(W−W_k) ≤ 1, so its error is below 1/C + k/C. ∎
+//
+// TestScaledShareBound checks the bound on 1000 sets built to need scaling
+// (the largest error it saw was 0.996 of the bound, so the bound is close
+// to tight). k is 0 unless some weight share is below about 1/C. For the
+// issue's case, 1000 backends with random weights up to 10000 (sum about
+// 5·10⁶, so 2¹⁸ slots), the largest error measured was 3.6·10⁻⁶ of all
+// picks, and 0.48% of its own share for any backend due 100 slots or more
+// (TestMemoryBound). A larger capacity is more exact and costs memory and
+// Update time in proportion.
+//
+// # Building the schedule
+//
+// Simulating nginx costs O(n) a slot: 2.7·10⁸ current-weight updates for
+// 1024 backends and 2¹⁸ slots. For sets above 32 backends wrr computes the same
+// sequence with a kinetic tournament (see tournament in schedule.go): a
+// tree whose nodes hold their subtree's leader and the step at which a
+// faster-growing rival overtakes it, with leaves sorted by weight so that
+// those overtakings are rare. It does about log₂ n node updates a slot
+// (10.1 at n=1024), and built that schedule in 42 ms where nginx's loop took
+// 367 ms (BenchmarkBuild). Both are checked against nginx's loop on random
+// sets and by a fuzz test (TestBuildMatchesNginx, FuzzBuild).
+//
+// # Cost
+//
+// Pick: one atomic add, two multiplications and two dependent loads, no
+// lock, no allocation, whatever the number of backends or the weights. On
+// the 2-core AMD EPYC this was measured on, with weights 1 to 100, a serial
+// Pick took about 5 ns at 4 backends and 6.5 ns at 1024 called on a
+// *Picker (where it is inlined), and about 10 ns and 8.5 ns through the
+// balancer.Balancer interface (BenchmarkPick, BenchmarkPickInterface), as
+// for rr. Under parallel load every pick writes the one counter, so its
+// cache line moves between cores: about 20 ns a pick with both cores
+// picking, where a bare atomic add took 14 ns.
+//
+// Update: validation, then O(n log n) for the slot counts and
+// O(P·min(n, log n)) to build a period of P slots, with 8·P bytes kept. On
+// the same machine (BenchmarkUpdate), for 1024 backends: 7.7 ms weighted 1
+// to 100 (P is about 52000), 39 ms weighted 1 to 10000 (P = 2¹⁸; 9.9 ms
+// with a capacity of 2¹⁶, 165 ms with 2²⁰); for 64 backends weighted 1 to
+// 100, 0.35 ms. Update is meant for set changes, not for every request.
+//
+// # Concurrency
+//
+// Pick and Update are safe for concurrent use. Update builds the schedule
+// aside and publishes it with one atomic store; a Pick that starts after
+// Update returns sees the new set.
+//
+// # Mapping
+//
+// None: weighted round robin has no affinity. Every process computes the
+// same schedule for the same set, but starts at a random place in it.
+package wrr
