@@ -2,7 +2,10 @@ module github.com/lbkit/lbkit
 
 go 1.25.0
 
-require github.com/stretchr/testify v1.11.1
+require (
+	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/stretchr/testify v1.11.1
+)
 
 require (
 	github.com/davecgh/go-spew v1.1.1 // indirect

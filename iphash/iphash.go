@@ -1,0 +1,266 @@
+package iphash
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/lbkit/lbkit/balancer"
+)
+
+// Picker maps each client address to a backend by hashing it. Create it with
+// New; the zero value is not ready.
+//
+// Pick and Update are safe for concurrent use. Pick takes no lock and
+// allocates nothing, on success and on error. Update builds the new set
+// aside and publishes it with one atomic store, so it never blocks Pick; of
+// two concurrent Updates, the later store wins. A Picker must not be copied.
+type Picker struct {
+	// Immutable after New: the masks of WithPrefixBits, all ones without it.
+	v4Mask     uint32
+	v6Hi, v6Lo uint64
+
+	// Atomic. No mutex is needed: an update is one pointer store.
+	snap atomic.Pointer[snapshot] // the published set; empty, never nil, after New
+}
+
+// snapshot is an immutable published set.
+type snapshot struct {
+	entries []entry // sorted by ID, so that the mapping does not depend on the order given to Update
+	n       uint64  // len(entries)
+
+	// Weighted sets only; cum is nil when all weights are equal, and then
+	// the home of hash h is simply h mod n.
+	cum   []uint64 // cum[k] = sum of the reduced weights of entries[0..k]
+	total uint64   // cum[n-1]
+}
+
+// entry is one backend with its ID read once, so that Avoid costs a string
+// comparison and no interface call.
+type entry struct {
+	b  balancer.Backend
+	id string
+}
+
+var _ balancer.Balancer = (*Picker)(nil)
+
+// errBadKey is what Pick returns for a key that does not parse. It is one
+// static value rather than an error quoting the key, so that the error path
+// allocates nothing (a flood of junk keys costs no garbage) and no
+// client-supplied text reaches the caller's logs unasked; log req.Key
+// yourself if you need it. Test for it with errors.Is(err, balancer.ErrBadKey).
+var errBadKey = fmt.Errorf("iphash: %w: want ip, ip:port or [ipv6]:port", balancer.ErrBadKey)
+
+// Option configures a Picker.
+type Option interface {
+	apply(*config)
+}
+
+type config struct {
+	v4Bits, v6Bits int
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithPrefix hashes only the /24 of an IPv4 client and the /64 of an IPv6
+// client, so that all the addresses of one network reach the same backend.
+// This is nginx's ip_hash, which hashes the first three octets of an IPv4
+// address, extended to IPv6, where a /64 is what one site or one host
+// usually gets (privacy extensions rotate the low 64 bits). It is
+// WithPrefixBits(24, 64). The default hashes whole addresses.
+func WithPrefix() Option {
+	return WithPrefixBits(24, 64)
+}
+
+// WithPrefixBits hashes only the first v4Bits of an IPv4 client and the
+// first v6Bits of an IPv6 client. The default is 32 and 128: whole
+// addresses. Values are clamped to 0..32 and 0..128; 0 sends every client of
+// that family to one backend.
+func WithPrefixBits(v4Bits, v6Bits int) Option {
+	return optionFunc(func(c *config) {
+		c.v4Bits = min(max(v4Bits, 0), 32)
+		c.v6Bits = min(max(v6Bits, 0), 128)
+	})
+}
+
+// New returns a Picker with an empty set; call Update to give it backends.
+func New(opts ...Option) *Picker {
+	c := config{v4Bits: 32, v6Bits: 128}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	p := &Picker{
+		// A shift by 64 or more gives 0 in Go, so these are exact at the ends.
+		v4Mask: uint32(^uint64(0) << (32 - c.v4Bits)),
+		v6Hi:   ^uint64(0) << (64 - min(c.v6Bits, 64)),
+		v6Lo:   ^uint64(0) << (128 - max(c.v6Bits, 64)),
+	}
+	p.snap.Store(&snapshot{})
+	return p
+}
+
+// Update replaces the set. It validates bs first (see balancer.Validate) and
+// on error keeps the previous set.
+//
+// The backends are ordered by ID, so the mapping depends only on the set (its
+// IDs and weights), not on the order bs lists them in: two processes given
+// the same backends from an unordered source map every key alike. Weights
+// are honoured, as in nginx: a backend of weight 3 is home to three times
+// as many clients as one of weight 1. Weights are divided by their greatest
+// common divisor, so scaling them all changes no mapping, and equal weights
+// map exactly as unweighted backends do.
+//
+// Cost: O(n log n) for the sort, and three allocations (two when all weights
+// are equal).
+func (p *Picker) Update(bs []balancer.Backend) error {
+	if err := balancer.Validate(bs); err != nil {
+		return fmt.Errorf("iphash: update: %w", err)
+	}
+	s := &snapshot{entries: make([]entry, len(bs)), n: uint64(len(bs))}
+	for i, b := range bs {
+		s.entries[i] = entry{b: b, id: b.ID()}
+	}
+	slices.SortFunc(s.entries, func(a, b entry) int { return strings.Compare(a.id, b.id) })
+
+	g := uint64(0)
+	for _, e := range s.entries {
+		g = gcd(g, uint64(balancer.WeightOf(e.b)))
+	}
+	for _, e := range s.entries {
+		if uint64(balancer.WeightOf(e.b)) != g {
+			// Unequal weights: lay the reduced weights end to end. The
+			// total is at most n × MaxWeight, far below 2⁶⁴.
+			s.cum = make([]uint64, len(s.entries))
+			for i, e := range s.entries {
+				s.total += uint64(balancer.WeightOf(e.b)) / g
+				s.cum[i] = s.total
+			}
+			break
+		}
+	}
+	p.snap.Store(s)
+	return nil
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// Pick returns the backend for the client address in req.Key (see the
+// package doc for the forms accepted), or for the Attempt-th retry of it.
+//
+// Attempt n > 0 returns the n-th backend of the key's retry sequence, which
+// visits every backend once in its first n tries (see the package doc); a
+// negative Attempt counts as 0. If the backend chosen is req.Avoid and the
+// set has another backend, Pick returns the next one of the sequence, which
+// is never the same.
+//
+// The empty key is valid and stands for a client without an IP address (a
+// Unix-socket peer, say): like nginx, which hashes a fixed pseudo-address
+// for those, all such requests share one backend. Any other key that does
+// not parse is an error wrapping balancer.ErrBadKey; Pick never picks for
+// it. An empty set gives balancer.ErrNoBackend, whatever the key.
+//
+// Cost: a parse of the key, one xxhash of 4 or 16 bytes and one 64-bit
+// division; with unequal weights, a binary search over n; no allocation, no
+// lock.
+func (p *Picker) Pick(req balancer.Request) (balancer.Backend, error) {
+	s := p.snap.Load()
+	if s.n == 0 {
+		return nil, balancer.ErrNoBackend
+	}
+	h, ok := p.hash(req.Key)
+	if !ok {
+		return nil, errBadKey
+	}
+	a := uint64(max(req.Attempt, 0))
+	i := s.walk(h, a)
+	if s.entries[i].id == req.Avoid && s.n > 1 { // never true for "": IDs are not empty
+		i = s.walk(h, a+1)
+	}
+	return s.entries[i].b, nil
+}
+
+// hash returns the xxhash of key's canonical form: the 4 bytes of an IPv4
+// address or the 16 of an IPv6 one, in network order, masked to the
+// configured prefix; no port, no zone. The empty key hashes the empty
+// string. It reports false if key does not parse.
+func (p *Picker) hash(key string) (uint64, bool) {
+	if key == "" {
+		return xxhash.Sum64(nil), true
+	}
+	a, ok := parseKey(key)
+	if !ok {
+		return 0, false
+	}
+	var buf [16]byte
+	if a.is4 {
+		binary.BigEndian.PutUint32(buf[:4], uint32(a.lo)&p.v4Mask)
+		return xxhash.Sum64(buf[:4]), true
+	}
+	binary.BigEndian.PutUint64(buf[:8], a.hi&p.v6Hi)
+	binary.BigEndian.PutUint64(buf[8:], a.lo&p.v6Lo)
+	return xxhash.Sum64(buf[:]), true
+}
+
+// walk returns the index in s.entries of the a-th backend of the retry
+// sequence of hash h. Attempt 0 is the key's home, h mod n (weighted: the
+// backend whose stretch of the laid-out weights h mod total falls in).
+// Attempts 1 to n−1 visit the n−1 other backends in order, starting at a
+// point of the others chosen by the hash's high bits, and attempt n is home
+// again.
+//
+// Starting the retries at a hashed point rather than at the next backend
+// spreads a failed backend's clients over all the others instead of piling
+// them onto its neighbour. For example, with n = 5, home 3 and start 2, the
+// others in order after home are 4, 0, 1, 2 (offsets 1 to 4), and the
+// sequence is 3, then offsets 3, 4, 1, 2: backends 1, 2, 4, 0, then 3 again.
+func (s *snapshot) walk(h, a uint64) uint64 {
+	i := s.home(h)
+	r := uint64(0)
+	if a != 0 {
+		r = a % s.n
+	}
+	if r == 0 {
+		return i
+	}
+	m := s.n - 1
+	start, _ := bits.Mul64(h, m) // ⌊h·m / 2⁶⁴⌋: uniform in [0, m), from h's high bits
+	off := start + r - 1         // < 2m, since r ≤ m
+	if off >= m {
+		off -= m
+	}
+	if i += 1 + off; i >= s.n {
+		i -= s.n
+	}
+	return i
+}
+
+// home returns the index of h's own backend.
+func (s *snapshot) home(h uint64) uint64 {
+	if s.cum == nil {
+		return h % s.n
+	}
+	// The first backend whose cumulative weight exceeds h mod total.
+	x := h % s.total
+	lo, hi := 0, len(s.cum)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if s.cum[mid] > x {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return uint64(lo)
+}

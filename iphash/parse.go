@@ -1,0 +1,243 @@
+package iphash
+
+import (
+	"encoding/binary"
+	"strings"
+)
+
+// addr is a parsed client address in its canonical form: for IPv4 (and
+// IPv4-mapped IPv6, which is folded into IPv4) the address is in the low 32
+// bits of lo and hi is 0; for IPv6 hi and lo are the big-endian halves of the
+// 16 bytes. The zone and the port are dropped.
+type addr struct {
+	hi, lo uint64
+	is4    bool
+}
+
+// parseKey parses a client address without allocating. It accepts exactly
+// the strings that net/netip.ParseAddr or net/netip.ParseAddrPort accept
+// (TestParseKey and FuzzParseKey check this against net/netip itself):
+//
+//	192.0.2.1                IPv4, dotted decimal, no leading zeros
+//	192.0.2.1:8080           IPv4 and port
+//	2001:db8::1              IPv6, also with an embedded IPv4 tail (::ffff:192.0.2.1)
+//	[2001:db8::1]:8080       IPv6 in brackets and port
+//	fe80::1%eth0             IPv6 with a zone, bare or in brackets
+//
+// A port is 1 to any number of decimal digits with a value of at most
+// 65535. As in net/netip, an unbracketed IPv6 address followed by ":port"
+// reads as one longer address ("2001:db8::1:443" is 2001:db8::1:443), or
+// fails to parse; only brackets separate an IPv6 address from a port.
+//
+// net/netip is not used because it allocates on every failure (its errors
+// quote the input) and, for a zone, on first sight of the zone, and because
+// trying ParseAddr and then ParseAddrPort would make "ip:port", the most
+// common form of a remote address, pay for a failed parse first.
+func parseKey(s string) (addr, bool) {
+	if len(s) > 0 && s[0] == '[' {
+		// "[ipv6]:port": the port follows the last colon, and the part
+		// before it must be a bracketed IPv6 address (an IPv4 address in
+		// brackets is refused, as net/netip does).
+		host, ok := cutPort(s)
+		if !ok || len(host) < 2 || host[len(host)-1] != ']' {
+			return addr{}, false
+		}
+		return parseIPv6(host[1 : len(host)-1])
+	}
+	// Like net/netip.ParseAddr, tell the families apart by the first '.',
+	// ':' or '%'.
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '.':
+			// "a.b.c.d" or "a.b.c.d:port", in one pass: the address
+			// ends at the first byte that is neither digit nor dot,
+			// and only a colon and a port may follow it.
+			v4, n, ok := parseIPv4(s)
+			if !ok || (n < len(s) && (s[n] != ':' || !validPort(s[n+1:]))) {
+				return addr{}, false
+			}
+			return addr{lo: uint64(v4), is4: true}, true
+		case ':':
+			// A bare IPv6 address. "ip:port" cannot start this way: its
+			// IP would have to be IPv4, whose first separator is a dot.
+			return parseIPv6(s)
+		case '%':
+			return addr{}, false // a zone with no address before it
+		}
+	}
+	return addr{}, false
+}
+
+// cutPort splits "host:port" at the last colon, as net/netip does, and
+// reports whether there is a host and a valid port.
+func cutPort(s string) (host string, ok bool) {
+	i := len(s) - 1
+	for i >= 0 && s[i] != ':' {
+		i--
+	}
+	if i <= 0 || !validPort(s[i+1:]) {
+		return "", false
+	}
+	return s[:i], true
+}
+
+// validPort reports whether s is a port: one or more decimal digits, at
+// most 65535, leading zeros allowed (the grammar of
+// strconv.ParseUint(s, 10, 16), which net/netip.ParseAddrPort uses).
+func validPort(s string) bool {
+	port := 0
+	for i := 0; i < len(s); i++ {
+		d := s[i] - '0'
+		if d > 9 {
+			return false
+		}
+		if port = port*10 + int(d); port > 0xffff {
+			return false
+		}
+	}
+	return len(s) > 0
+}
+
+// parseIPv4 parses the dotted-decimal IPv4 address "a.b.c.d" at the start
+// of s: four fields of one to three digits, each at most 255, without
+// leading zeros (which some parsers read as octal; net/netip refuses them,
+// and so do we). It stops at the first byte that is neither a digit nor a
+// dot and returns the address and how many bytes it took.
+func parseIPv4(s string) (v4 uint32, n int, ok bool) {
+	val, digits, fields := uint32(0), 0, 0
+	for ; n < len(s); n++ {
+		c := s[n]
+		if d := c - '0'; d <= 9 {
+			if digits == 1 && val == 0 {
+				return 0, 0, false // leading zero
+			}
+			if val = val*10 + uint32(d); val > 255 {
+				return 0, 0, false
+			}
+			digits++
+			continue
+		}
+		if c != '.' {
+			break
+		}
+		if digits == 0 || fields == 3 {
+			return 0, 0, false // empty field, or a fifth one
+		}
+		v4 = v4<<8 | val
+		fields++
+		val, digits = 0, 0
+	}
+	if digits == 0 || fields != 3 {
+		return 0, 0, false
+	}
+	return v4<<8 | val, n, true
+}
+
+// parseIPv6 parses an IPv6 address in RFC 4291 text form, with an optional
+// "%zone" suffix, which must not be empty and is then ignored: a zone names
+// the local interface the address was seen on, not the client, so
+// fe80::1%eth0 and fe80::1%eth1 hash alike. An IPv4-mapped address
+// (::ffff:a.b.c.d) is returned as IPv4. It follows net/netip's parseIPv6 step
+// for step, so that both accept the same strings.
+func parseIPv6(s string) (addr, bool) {
+	if i := strings.IndexByte(s, '%'); i >= 0 {
+		if i == len(s)-1 {
+			return addr{}, false // empty zone
+		}
+		s = s[:i]
+	}
+
+	var ip [16]byte
+	ellipsis := -1 // byte position of "::" in ip, if any
+	if len(s) >= 2 && s[0] == ':' && s[1] == ':' {
+		ellipsis = 0
+		s = s[2:]
+		if len(s) == 0 {
+			return addr{}, true // "::"
+		}
+	}
+
+	i := 0 // bytes of ip filled
+	for i < 16 {
+		// One group of 1 to 4 hex digits.
+		off, acc := 0, uint32(0)
+	digits:
+		for ; off < len(s); off++ {
+			c := s[off]
+			d := c - '0'
+			if d > 9 {
+				// c|0x20 folds 'A'-'F' onto 'a'-'f'.
+				if d = (c | 0x20) - 'a'; d > 5 {
+					break digits
+				}
+				d += 10
+			}
+			acc = acc<<4 | uint32(d)
+			if off > 3 {
+				return addr{}, false // a fifth digit
+			}
+		}
+		if off == 0 {
+			return addr{}, false
+		}
+		if off < len(s) && s[off] == '.' {
+			// An embedded IPv4 tail: it fills the last 4 bytes, so it
+			// must come at byte 12 or after a "::" that leaves room.
+			if (ellipsis < 0 && i != 12) || i+4 > 16 {
+				return addr{}, false
+			}
+			v4, n, ok := parseIPv4(s)
+			if !ok || n != len(s) {
+				return addr{}, false
+			}
+			binary.BigEndian.PutUint32(ip[i:], v4)
+			s = ""
+			i += 4
+			break
+		}
+		ip[i], ip[i+1] = byte(acc>>8), byte(acc)
+		i += 2
+		s = s[off:]
+		if len(s) == 0 {
+			break
+		}
+		// A colon and more must follow; a second colon is the ellipsis.
+		if s[0] != ':' || len(s) == 1 {
+			return addr{}, false
+		}
+		s = s[1:]
+		if s[0] == ':' {
+			if ellipsis >= 0 {
+				return addr{}, false // a second "::"
+			}
+			ellipsis = i
+			if s = s[1:]; len(s) == 0 {
+				break // "::" at the end
+			}
+		}
+	}
+	if len(s) != 0 {
+		return addr{}, false // trailing characters after 8 groups
+	}
+	if i < 16 {
+		// Expand the ellipsis: move what followed it to the end.
+		if ellipsis < 0 {
+			return addr{}, false
+		}
+		n := 16 - i
+		for j := i - 1; j >= ellipsis; j-- {
+			ip[j+n] = ip[j]
+		}
+		clear(ip[ellipsis : ellipsis+n])
+	} else if ellipsis >= 0 {
+		return addr{}, false // "::" must stand for at least one group
+	}
+
+	a := addr{hi: binary.BigEndian.Uint64(ip[:8]), lo: binary.BigEndian.Uint64(ip[8:])}
+	if a.hi == 0 && a.lo>>32 == 0xffff {
+		// ::ffff:a.b.c.d is an IPv4 client seen through a dual-stack
+		// socket: fold it into the IPv4 address so that it maps alike.
+		return addr{lo: a.lo & 0xffffffff, is4: true}, true
+	}
+	return a, true
+}
