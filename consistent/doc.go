@@ -1,0 +1,184 @@
+// Package consistent is consistent hashing: it maps a key (a session, a
+// user, a URL, a cache key) to a backend so that the key keeps its backend
+// while the set changes, and only a small share of keys move when a backend
+// leaves or joins. The mapping depends only on the backends' IDs and
+// weights, so every process, and every restart, maps a key the same way;
+// golden vectors in the tests freeze it, so that a change of mapping
+// between lbkit versions is always deliberate and announced.
+//
+// Two pickers, one per family:
+//
+//	r := consistent.NewRing()                                  // ring with virtual nodes
+//	r := consistent.NewRing(consistent.WithBoundedLoad(1.25))  // ... with bounded loads
+//	m := consistent.NewMaglev()                                // Maglev lookup table
+//
+//	if err := r.Update(balancer.Endpoints("10.0.0.1:6379", "10.0.0.2:6379")); err != nil { ... }
+//	b, err := r.Pick(balancer.Request{Key: sessionID})
+//
+// # Choosing
+//
+//   - Ring: the fewest keys move. When one of N backends leaves, exactly its
+//     keys move (1/N on average) and no other key does; when one joins, only
+//     the keys it takes move. Use it for caches and sessions, where every
+//     moved key costs a miss or a login.
+//   - Ring with WithBoundedLoad: when some keys are hot (a viral product, a
+//     big tenant) and would overload their backend. No backend holds more
+//     than ⌈c·average⌉ requests in flight; keys move only while their
+//     backend is full. Needs Done.
+//   - Maglev: the fastest and flattest lookup (one table read, the same cost
+//     at 4 or 1024 backends), near-exact shares (each backend within n/M of
+//     its share), fixed memory. It moves more keys than the ring when the set
+//     changes: the leaving backend's, plus some keys of backends that stayed
+//     (see Disruption). Use it when lookups are hot and the set is stable,
+//     as in the network load balancers it was designed for.
+//
+// # Ring
+//
+// Consistent hashing is due to Karger et al., "Consistent hashing and random
+// trees" (STOC 1997). Each backend is placed on a circle of 2⁶⁴ positions at
+// several points, its virtual nodes; a key goes to the backend of the first
+// point at or after the key's hash, clockwise. Removing a backend removes
+// its points, so its keys fall to the next points clockwise and no other key
+// moves.
+//
+// A backend of weight w gets 150·w points by default (WithVnodes), at the
+// xxhash of "<ID>_0", "<ID>_1", ..., the key format of Envoy's ring_hash
+// (source/common/upstream/ring_hash_lb.cc) and gRPC's ringhash
+// (balancer/ringhash/ring.go); the rings differ in size, so their mappings
+// do not coincide with lbkit's. With 150 points the shares of 64 backends
+// over 1M keys range from 0.81 to 1.17 of the mean (TestRingBalance); the
+// spread shrinks as 1/√points. The total is capped at 2²⁰ points
+// (WithMaxRingSize), as Envoy caps it with max_ring_size: past the cap the
+// counts are scaled down in proportion to weight, at least one per backend,
+// so weights up to balancer.MaxWeight cannot exhaust memory.
+//
+// A key's hash is xxhash of the key. Instead of a binary search over the
+// sorted points (17 dependent, mostly cache-missing reads at 153,600
+// points), a jump table indexes the points by the top k bits of their hash,
+// with 2^k about the number of points: the key's top bits give the range of
+// points that can hold its answer, under two on average, scanned in order.
+// At 1024 backends × 150 points the lookup alone costs about 0.3 of a bare
+// binary search over the same sorted hashes (slices.BinarySearch or
+// sort.Search), and the whole of Pick, hashing included, about 0.4 of the
+// hash and the binary search (BenchmarkRingLookup, paired within each
+// run). FuzzSearch checks the index against a scan of every point.
+//
+// # Bounded loads
+//
+// Consistent hashing with bounded loads is due to Mirrokni, Thorup and
+// Zadimoghaddam, "Consistent Hashing with Bounded Loads" (SODA 2018); HAProxy
+// offers it as hash-balance-factor. With factor c, a backend of weight w may
+// take a request while it has fewer than ⌈c·(m+1)·w/W⌉ in flight, where m
+// counts the requests in flight on the whole ring and W is the total weight;
+// the request being placed is counted, so an idle ring always has room. A
+// key whose backend is full walks clockwise to the next distinct backend
+// with room, the one its retry would reach. Without pressure (each request
+// done before the next) every key maps exactly as on the plain ring
+// (TestBoundedNoPressure); with 1000 requests in flight for five hot keys on
+// 10 backends, no backend holds more than ⌈1.25·1000/10⌉ = 125, where the
+// plain ring puts over 200 on one (TestBoundedHotKeys).
+//
+// In-flight counts are balancer.InFlight counters kept in a balancer.Registry
+// by ID, so they survive updates, and the ring's total is one more atomic
+// counter, so Pick costs O(1) expected: the paper shows that the expected
+// walk past full backends is bounded by a constant that depends on c only.
+// The check of a backend's count and its increment are two atomic steps,
+// not one, so Picks racing for the same backend can take it past its bound
+// by as many as race; a compare-and-swap loop would close that gap at the
+// price of retries on the hottest counter.
+//
+// With bounded loads a key's backend depends on this process's in-flight
+// counts as well as on the set: under load, two proxies can send one key to
+// different backends. Without pressure they agree.
+//
+// # Maglev
+//
+// Maglev hashing is due to Eisenbud et al., "Maglev: A Fast and Reliable
+// Software Network Load Balancer" (NSDI 2016, section 3.4). Each backend
+// has a permutation of the M slots of a lookup table (offset and skip from
+// two xxhashes of its ID; M prime, 65537 by default, WithTableSize), and
+// backends take turns claiming the next free slot of their permutation
+// until the table is full, so each owns ⌊M/n⌋ or ⌈M/n⌉ slots. Weights are
+// honoured as in Envoy's Maglev: a backend of weight w takes w turns for
+// every maxW the heaviest takes, and at least one slot. A key's slot is
+// ⌊h·M/2⁶⁴⌋ for its xxhash h, one multiplication and one read.
+//
+// # Disruption
+//
+// What moves when the first of N backends leaves, over 100k keys
+// (BenchmarkUpdate reports both figures; they do not vary between runs):
+// the keys moved per key the leaving backend owned (1 is the least
+// possible: only its keys move), and in brackets the share of all keys
+// that moved although their backend stayed.
+//
+//	set                    ring          Maglev M=65537   Maglev M=655373
+//	64, weight 1           1.00 (0)      1.31 (0.50%)     1.07 (0.12%)
+//	256, weight 1          1.00 (0)      3.45 (1.02%)     1.56 (0.19%)
+//	1024, weight 1         1.00 (0)      6.68 (0.59%)     5.11 (0.33%)
+//	1024, weights 1-100    1.77 (0.12%)  5.67 (0.74%)     4.16 (0.41%)
+//
+// Below its size cap the ring moves only the leaving backend's keys, and a
+// joining backend takes keys only for itself (TestRingRemoveAndJoin).
+// Capped, as the weighted 1024 are (52,491 units of weight want 7.9M
+// points), a change of the total weight rescales every backend's points,
+// which moves a few keys between backends that stayed. Maglev rebuilds
+// its table, and some slots change hands between backends that stayed:
+// its aim is minimal, not zero, disruption. Those extra moves are a
+// fraction of a percent of all keys, so they weigh more against 1/N as N
+// grows; a larger table reduces them, as the paper says. Keep M above
+// 100·N where disruption matters; Update refuses sets of more than M/10
+// backends.
+//
+// # Retries
+//
+// A request with Attempt n gets the n-th distinct backend met walking
+// clockwise from the key's point (ring) or slot (Maglev), so every retry of
+// a key reaches a new backend until all have been tried, and the same one in
+// every process; n wraps after the number of backends. If the backend
+// chosen is Request.Avoid and the set has another, the next distinct one is
+// taken instead. Each position knows how far back its owner last appeared,
+// so the walk needs no set of backends already met: a retry allocates
+// nothing and takes O(1) per step.
+//
+// An empty key is hashed like any other string: requests without a key all
+// go to one backend.
+//
+// # Cost
+//
+// Medians of 8 interleaved runs on a 2-core AMD EPYC shared with other
+// jobs (so ±30% noise); bench_test.go and lookup_bench_test.go have the
+// benchmarks.
+//
+//   - Ring Pick: the key's xxhash and an indexed lookup, no allocation, no
+//     lock. Through the balancer.Balancer interface with Done: 27, 40 and
+//     53 ns at 4, 64 and 1024 backends (BenchmarkPickInterface); with 2¹⁶
+//     distinct keys spread over the ring, 42, 41 and 57 ns (BenchmarkPick).
+//     A retry costs 87 ns at 1024 (BenchmarkRetry).
+//   - Ring with bounded loads, Pick and Done: 56, 69 and 117 ns. Each adds
+//     two atomic operations on counters other goroutines also write, and
+//     Done a map lookup by ID.
+//   - Maglev Pick: the key's xxhash, one multiplication and one table read:
+//     21, 24 and 21 ns at 4, 64 and 1024 backends, flat as the table's size
+//     does not depend on the set's. A retry costs 47 ns at 1024.
+//   - Ring Update: O(P) for P points (hashing, a radix sort, the index) and
+//     about 50 bytes a point allocated, 20 kept: 0.9, 3.8 and 14 ms
+//     for 64, 256 and 1024 backends of weight 1 (153,600 points, 3 MB),
+//     119 ms for 1024 backends of weights 1 to 100 (capped at 2²⁰ points,
+//     20 MB; BenchmarkUpdate).
+//   - Maglev Update: O(M log M), about 4 ms for 65537 slots at any set size
+//     with equal weights, 12 ms with weights 1 to 100; 55 ms and 140 ms for
+//     655373 slots. Memory: 8 bytes per slot, 512 KB by default.
+//
+// # Concurrency
+//
+// Pick, Done and Update are safe for concurrent use. Pick and Done take no
+// lock: they read an immutable snapshot that Update builds under a mutex
+// held by writers only and publishes with one atomic store; a Pick that
+// starts after Update returns sees the new set.
+//
+// # Errors
+//
+// Options cannot fail where they are written, and never panic: an invalid
+// one (a factor of 1, a table size that is not prime) makes every Update
+// return an error saying which, and the picker stays empty.
+package consistent
