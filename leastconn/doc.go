@@ -59,8 +59,9 @@
 //     requests it stays ln ln n / ln 2 + O(1) above the mean (Berenbrink
 //     et al., "Balanced allocations: the heavily loaded case", 2006), where
 //     one random choice drifts with the square root of the load. More
-//     choices improve that only by a constant factor. Candidates are drawn uniformly when weights are
-//     equal and in proportion to weight otherwise (Walker's alias method,
+//     choices improve that only by a constant factor. Candidates are drawn
+//     uniformly when weights are equal and in proportion to weight
+//     otherwise (Walker's alias method,
 //     built at Update, O(1) a draw): drawn uniformly, a backend would be a
 //     candidate in at most k/n of the picks whatever its weight, and a
 //     heavy one could not get its share. gRPC's least_request
