@@ -193,3 +193,26 @@ func TestLookupAllocs(t *testing.T) {
 		s.Lookup(bs[1]).Dec()
 	}))
 }
+
+// Every live and retired ID is found, and nothing else, however many IDs
+// share a probe sequence.
+func TestLookupManyIDs(t *testing.T) {
+	var r balancer.Registry[counter]
+	all := make([]balancer.Backend, 3000)
+	for i := range all {
+		all[i] = balancer.NewEndpoint(fmt.Sprintf("10.0.%d.%d:8080", i/256, i%256), 1)
+	}
+	first := r.Sync(all)
+	s := r.Sync(all[:2000]) // 1000 retired
+	for i, b := range all {
+		require.Same(t, first.At(i), s.Lookup(b), b.ID())
+		require.Same(t, first.At(i), s.LookupID(b.ID()), b.ID())
+	}
+	for i := range 3000 {
+		assert.Nil(t, s.LookupID(fmt.Sprintf("10.1.%d.%d:8080", i/256, i%256)))
+	}
+	assert.Nil(t, s.LookupID(""))
+	var zero balancer.States[counter]
+	assert.Nil(t, zero.LookupID("10.0.0.1:8080"))
+	assert.Equal(t, 0, zero.Len())
+}
