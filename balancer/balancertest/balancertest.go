@@ -129,6 +129,7 @@ func feedback(b balancer.Balancer) balancer.Feedback {
 
 type nopFeedback struct{}
 
+// Done does nothing.
 func (nopFeedback) Done(balancer.Backend, balancer.Result) {}
 
 // pickIn makes n picks with varied keys and attempts, calling Done after each
