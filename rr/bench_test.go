@@ -46,7 +46,7 @@ func BenchmarkPickInterface(b *testing.B) {
 // BenchmarkAtomicAdd is the floor: round robin cannot be cheaper than the
 // one atomic add it is built on.
 func BenchmarkAtomicAdd(b *testing.B) {
-	var n atomic.Uint32
+	var n atomic.Uint64
 	b.Run("mode=serial", func(b *testing.B) {
 		for b.Loop() {
 			n.Add(1)

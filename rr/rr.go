@@ -2,7 +2,6 @@ package rr
 
 import (
 	"fmt"
-	"math/bits"
 	"math/rand/v2"
 	"sync/atomic"
 
@@ -18,7 +17,7 @@ import (
 // later store wins. A Picker must not be copied.
 type Picker struct {
 	// Atomic. No mutex is needed: an update is one pointer store.
-	next atomic.Uint32            // position of the last pick; starts random
+	next atomic.Uint64            // position of the last pick; starts random
 	snap atomic.Pointer[snapshot] // the published set; empty, never nil, after New
 }
 
@@ -26,7 +25,6 @@ type Picker struct {
 type snapshot struct {
 	entries []entry
 	n       uint64 // len(entries)
-	m       uint64 // fastmod constant for n; see mod
 }
 
 // entry is one backend with its ID read once, so that Avoid costs a string
@@ -34,18 +32,6 @@ type snapshot struct {
 type entry struct {
 	b  balancer.Backend
 	id string
-}
-
-// mod returns x mod s.n without a division instruction, by Lemire's
-// "faster remainder by direct computation" (Lemire, Kaser, Kurz 2019): with
-// m = ⌊(2⁶⁴−1)/n⌋+1, x mod n = ⌊((m·x mod 2⁶⁴)·n) / 2⁶⁴⌋ for every 32-bit x.
-// Only the low 32 bits of the counter are used, so once every 2³² picks the
-// turn jumps back to the first backend; no one notices an uneven step once in
-// four billion. Two multiplications cost about a third of a 64-bit DIV on
-// the machines we measured.
-func (s *snapshot) mod(x uint32) uint64 {
-	hi, _ := bits.Mul64(s.m*uint64(x), s.n)
-	return hi
 }
 
 var (
@@ -85,7 +71,7 @@ func New(opts ...Option) *Picker {
 		o.apply(&c)
 	}
 	p := &Picker{}
-	p.next.Store(uint32(c.rand()) - 1) // Pick adds before it reads
+	p.next.Store(c.rand() - 1) // Pick adds before it reads
 	p.snap.Store(&snapshot{})
 	return p
 }
@@ -105,9 +91,6 @@ func (p *Picker) Update(bs []balancer.Backend) error {
 	for i, b := range bs {
 		s.entries[i] = entry{b: b, id: b.ID()}
 	}
-	if s.n > 0 {
-		s.m = ^uint64(0)/s.n + 1
-	}
 	p.snap.Store(s)
 	return nil
 }
@@ -117,7 +100,7 @@ func (p *Picker) Update(bs []balancer.Backend) error {
 // Pick returns the one after it. It returns balancer.ErrNoBackend when the
 // set is empty.
 //
-// Cost: one atomic add and two multiplications; no allocation, no lock.
+// Cost: one atomic add and one division; no allocation, no lock.
 // Pick fits the compiler's inlining budget (check with go build
 // -gcflags=-m); keep it there, since the inlined call is what brings a
 // serial pick within 2x of a bare atomic add.
@@ -126,7 +109,7 @@ func (p *Picker) Pick(req balancer.Request) (balancer.Backend, error) {
 	if s.n == 0 {
 		return nil, balancer.ErrNoBackend
 	}
-	i := s.mod(p.next.Add(1))
+	i := p.next.Add(1) % s.n
 	if s.entries[i].id == req.Avoid { // never true for "": IDs are not empty
 		// Take the next one; with a single backend that is the same one.
 		if i++; i == s.n {

@@ -47,8 +47,8 @@ func TestSequence(t *testing.T) {
 		{"one backend", 0, 1, []int{0, 0, 0}},
 		{"three from zero", 0, 3, []int{0, 1, 2, 0, 1, 2, 0}},
 		{"three from seven", 7, 3, []int{1, 2, 0, 1}},
-		// Only the low 32 bits of the counter count: 2⁴⁰+3 starts at 3.
-		{"five from a large start", 1<<40 + 3, 5, []int{3, 4, 0}},
+		// 2⁴⁰+3 ≡ 4 (mod 5): the whole 64-bit start counts.
+		{"five from a large start", 1<<40 + 3, 5, []int{4, 0, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,8 +64,7 @@ func TestSequence(t *testing.T) {
 	}
 }
 
-// Over whole rounds every backend gets exactly its share, including across
-// the wrap of the counter's low 32 bits.
+// Over whole rounds every backend gets exactly its share.
 func TestEqualShares(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 7, 64, 1000} {
 		t.Run(fmt.Sprint("n=", n), func(t *testing.T) {
@@ -83,21 +82,19 @@ func TestEqualShares(t *testing.T) {
 	}
 }
 
-// Crossing 2³² picks costs at most one uneven step: a run of n picks around
-// the wrap still covers all but at most one backend.
-func TestCounterWrap(t *testing.T) {
+// The rotation runs on unbroken past 2³² picks (a 32-bit counter would jump
+// back to the first backend there).
+func TestCounterPast32Bits(t *testing.T) {
 	const n = 7
-	p := rr.New(rr.WithRand(func() uint64 { return 1<<32 - 3 }))
+	start := uint64(1)<<32 - 3
+	p := rr.New(rr.WithRand(func() uint64 { return start }))
 	as := addrs(n)
 	require.NoError(t, p.Update(balancer.Endpoints(as...)))
-	got := pickIDs(t, p, 2*n)
-	// Before the wrap: (2³²−3) mod 7, ... ; after: 0, 1, 2, ...
-	base := int((uint64(1)<<32 - 3) % n)
-	want := []string{as[base], as[(base+1)%n], as[(base+2)%n]}
-	for i := range 2*n - 3 {
-		want = append(want, as[i%n])
+	var want []string
+	for i := range uint64(2 * n) {
+		want = append(want, as[(start+i)%n])
 	}
-	assert.Equal(t, want, got)
+	assert.Equal(t, want, pickIDs(t, p, 2*n))
 }
 
 // The random start spreads the first picks of a fleet of proxies.
@@ -128,7 +125,7 @@ func TestWithRandIsUsed(t *testing.T) {
 	require.NoError(t, p.Update(balancer.Endpoints(as...)))
 	b, err := p.Pick(balancer.Request{})
 	require.NoError(t, err)
-	assert.Equal(t, as[uint32(want)%5], b.ID())
+	assert.Equal(t, as[want%5], b.ID())
 }
 
 func TestUpdateKeepsTurn(t *testing.T) {

@@ -79,8 +79,8 @@ func TestSequence(t *testing.T) {
 		{"4,3,2", 0, []int{4, 3, 2}, "a b c a b a c b a"},
 		{"equal", 0, []int{3, 3, 3}, "a b c a b c"},
 		{"one", 5, []int{7}, "a a a"},
-		// Only the low 32 bits of the counter count: 2⁴⁰+1 starts at 1.
-		{"large start", 1<<40 + 1, []int{5, 1, 1}, "a b a c a a a"},
+		// The whole 64-bit start counts: 2⁴⁰+1 ≡ 3 (mod 7).
+		{"large start", 1<<40 + 1, []int{5, 1, 1}, "a c a a a a b"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,7 +92,7 @@ func TestSequence(t *testing.T) {
 }
 
 // With equal weights wrr is rr: the same sequence from the same start,
-// including the step past Request.Avoid and across the 32-bit wrap.
+// including the step past Request.Avoid and past 2³² picks.
 func TestEqualWeightsAreRoundRobin(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 7, 64, 1000} {
 		for _, w := range []int{1, 5} {
