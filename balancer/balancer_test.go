@@ -162,8 +162,8 @@ func TestRegistryFlapping(t *testing.T) {
 func TestInFlightNeverNegative(t *testing.T) {
 	var c balancer.InFlight
 	assert.Equal(t, int64(1), c.Inc())
-	c.Dec()
-	c.Dec()
+	assert.True(t, c.Dec())
+	assert.False(t, c.Dec(), "nothing left to remove")
 	assert.Equal(t, int64(0), c.Load())
 	c.Inc()
 	assert.Equal(t, int64(1), c.Load())

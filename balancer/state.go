@@ -150,12 +150,18 @@ func (c *InFlight) Inc() int64 { return c.n.Add(1) }
 
 // Dec removes one request, never taking the count below zero: a late Done
 // for a backend whose state was evicted and made anew must not leave the
-// new counter negative, which would make least-loaded pickers flood it.
-func (c *InFlight) Dec() {
+// new counter negative, which would make least-loaded pickers flood it. It
+// reports whether it removed one (false if the count was already zero), so
+// that a picker keeping a second count, such as a total, can keep the two
+// in step.
+func (c *InFlight) Dec() bool {
 	for {
 		n := c.n.Load()
-		if n <= 0 || c.n.CompareAndSwap(n, n-1) {
-			return
+		if n <= 0 {
+			return false
+		}
+		if c.n.CompareAndSwap(n, n-1) {
+			return true
 		}
 	}
 }
