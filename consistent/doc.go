@@ -57,11 +57,12 @@
 // points), a jump table indexes the points by the top k bits of their hash,
 // with 2^k about the number of points: the key's top bits give the range of
 // points that can hold its answer, under two on average, scanned in order.
-// At 1024 backends × 150 points the lookup alone costs about 0.3 of a bare
+// At 1024 backends × 150 points the lookup alone costs about 0.2 of a bare
 // binary search over the same sorted hashes (slices.BinarySearch or
-// sort.Search), and the whole of Pick, hashing included, about 0.4 of the
-// hash and the binary search (BenchmarkRingLookup, paired within each
-// run). FuzzSearch checks the index against a scan of every point.
+// sort.Search), and the whole of Pick, hashing included, about 0.3 of the
+// hash and the binary search (BenchmarkRingLookup: 32 against 140 ns, and
+// 51 against 171 ns, in one run). FuzzSearch checks the index against a
+// scan of every point.
 //
 // # Bounded loads
 //
@@ -145,36 +146,37 @@
 //
 // # Cost
 //
-// Medians of 8 interleaved runs on a 2-core AMD EPYC shared with other
-// jobs (so ±30% noise); bench_test.go and lookup_bench_test.go have the
+// Medians of 6 runs (go test -bench . -count 6) on a 2-core AMD EPYC VM
+// (±10–30% noise); bench_test.go and lookup_bench_test.go have the
 // benchmarks.
 //
 //   - Ring Pick: the key's xxhash and an indexed lookup, no allocation, no
-//     lock. Through the balancer.Balancer interface with Done: 27, 40 and
-//     53 ns at 4, 64 and 1024 backends (BenchmarkPickInterface); with 2¹⁶
-//     distinct keys spread over the ring, 42, 41 and 57 ns (BenchmarkPick).
-//     A retry costs 87 ns at 1024 (BenchmarkRetry).
-//   - Ring with bounded loads, Pick and Done: 56, 69 and 117 ns. Each adds
+//     lock. Through the balancer.Balancer interface with Done: 24, 27 and
+//     35 ns at 4, 64 and 1024 backends (BenchmarkPickInterface); with 2¹⁶
+//     distinct keys spread over the ring, 34, 42 and 60 ns (BenchmarkPick).
+//     A retry costs about 110 ns at 1024 (BenchmarkRetry).
+//   - Ring with bounded loads, Pick and Done: 44, 62 and 113 ns. Each adds
 //     two atomic operations on counters other goroutines also write, and
 //     Done a map lookup by ID.
 //   - Maglev Pick: the key's xxhash, one multiplication and one table read:
-//     21, 24 and 21 ns at 4, 64 and 1024 backends, flat as the table's size
-//     does not depend on the set's. A retry costs 47 ns at 1024.
+//     20, 21 and 20 ns at 4, 64 and 1024 backends, flat as the table's size
+//     does not depend on the set's. A retry costs about 41 ns at 1024.
 //   - Ring Update: O(P) for P points (hashing, a radix sort, the index) and
-//     about 50 bytes a point allocated, 20 kept: 0.9, 3.8 and 14 ms
+//     about 50 bytes a point allocated, 20 kept: 0.75, 3.0 and 13 ms
 //     for 64, 256 and 1024 backends of weight 1 (153,600 points, 3 MB),
-//     119 ms for 1024 backends of weights 1 to 100 (capped at 2²⁰ points,
+//     103 ms for 1024 backends of weights 1 to 100 (capped at 2²⁰ points,
 //     20 MB; BenchmarkUpdate).
 //   - Maglev Update: O(M log M), about 4 ms for 65537 slots at any set size
-//     with equal weights, 12 ms with weights 1 to 100; 55 ms and 140 ms for
-//     655373 slots. Memory: 8 bytes per slot, 512 KB by default.
+//     with equal weights, 11 ms with weights 1 to 100; 42–47 ms and 126 ms
+//     for 655373 slots. Memory: 8 bytes per slot, 512 KB by default.
 //
 // # Concurrency
 //
 // Pick, Done and Update are safe for concurrent use. Pick and Done take no
-// lock: they read an immutable snapshot that Update builds under a mutex
-// held by writers only and publishes with one atomic store; a Pick that
-// starts after Update returns sees the new set.
+// lock: they read an immutable snapshot that Update builds aside and
+// publishes with one atomic store; a Pick that starts after Update returns
+// sees the new set. Ring's Update holds a mutex, taken by writers only, to
+// carry in-flight counts across updates; Maglev's needs none.
 //
 // # Errors
 //

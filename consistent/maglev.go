@@ -5,7 +5,6 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
@@ -19,16 +18,14 @@ import (
 //
 // Pick and Update are safe for concurrent use. Pick takes no lock and
 // allocates nothing; it reads an immutable table that Update builds aside
-// and publishes with one atomic store. Calls to Update are serialised by a
-// mutex that Pick never takes. A Maglev must not be copied.
+// and publishes with one atomic store; of two concurrent Updates, the later
+// store wins. A Maglev must not be copied.
 type Maglev struct {
 	// Immutable after NewMaglev.
 	cfg maglevConfig
 
-	// Serialises Update; Pick never takes it.
-	mu sync.Mutex
-
-	// Atomic.
+	// Atomic. No mutex is needed: Update builds the table from the set
+	// alone and publishes it with one pointer store.
 	snap atomic.Pointer[maglevSnap] // the published table; empty, never nil, after NewMaglev
 }
 
@@ -76,8 +73,6 @@ func (m *Maglev) Update(bs []balancer.Backend) error {
 		return fmt.Errorf("consistent: maglev update: %d backends need a table of at least %d slots, %d per backend; this one has %d (see WithTableSize)",
 			len(bs), uint64(len(bs))*slotsPerBackend, slotsPerBackend, m.cfg.size)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	s := &maglevSnap{circle: newCircle(bs), size: m.cfg.size}
 	if len(bs) > 0 {
 		s.populate()
