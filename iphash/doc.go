@@ -114,12 +114,12 @@
 // Pick: a parse of the key, one xxhash64 of 4 or 16 bytes and one 64-bit
 // division, plus a binary search over n with unequal weights; no lock, no
 // allocation, on success and on error. With equal weights the cost does not
-// grow with n. Parsing dominates: in the least loaded runs on the shared
-// 2-core AMD EPYC it was measured on, an IPv4 key (with or without a port)
-// parsed in 20 to 30 ns and an IPv6 key in about 60, and a Pick through the
-// balancer.Balancer interface, keys of mixed forms, took about 55 ns at 4,
-// 64 and 1024 backends; weights add about 1.8× at 1024. Where net/netip
-// allocates (ip:port, zones, refused keys) the parser was 3 to 9 times
+// grow with n. Parsing dominates: on the 2-core AMD EPYC VM it was measured
+// on (medians of 6 runs), an IPv4 key (with or without a port) parsed in 22
+// to 29 ns and an IPv6 key in about 70, and a Pick through the
+// balancer.Balancer interface, keys of mixed forms, took 50 to 56 ns at 4,
+// 64 and 1024 backends; weights add about 2× at 1024. Where net/netip
+// allocates (ip:port, zones, refused keys) the parser was 2 to 7 times
 // faster than it. See BenchmarkPickInterface, BenchmarkPickForm and
 // BenchmarkParse.
 //

@@ -77,20 +77,20 @@
 // The threshold comes from BenchmarkCrossover: Pick+Done for both ways at
 // 2 to 64 backends, idle (every scan meets ties) and loaded (0 to 15
 // requests held on each backend). On the 2-core AMD EPYC it was measured
-// on (shared with other jobs; medians of 8 runs, so compare ratios), two
-// choices cost about 50 ns at every size while the scan grows by about
-// 3.5 ns a backend: loaded, 30 ns at 4, 61 at 8, 90 at 12, 96 at 16, 147 at
-// 32, 248 at 64. They cross at about 8 backends (loaded 61 against 61 ns,
-// idle 68 against 55). The threshold sits above the crossover, at 16,
-// for quality: from 8 to 15 backends the scan costs at most about twice as
-// much (some 40 ns more), while two choices, which draw each backend as a
+// on (medians of 6 runs, so compare ratios), two choices cost 55 to 65 ns
+// at every size while the scan grows by about 4 ns a backend: loaded, 34
+// ns at 4, 66 at 8, 85 at 12, 102 at 16, 163 at 32, 273 at 64. They cross
+// at about 8 backends (loaded 66 against 65 ns, idle 92 against 69). The
+// threshold sits above the crossover, at 16, for quality: from 8 to 15
+// backends the scan costs at most about 1.5 times as much (some 25 ns
+// more), while two choices, which draw each backend as a
 // candidate in at most 2/n of the picks, cannot give a fast backend the
 // share it needs to stay as busy as the slow ones. In a simulation of the
 // study's mix (backends from 50 to 500 ms, closed-loop users) two choices
 // served 0.75, 0.81, 0.85 and 0.88 times the requests of the scan at 4, 8,
 // 16 and 64 backends (BenchmarkChoicesThroughput), and left the busiest
-// backend about 1.2 requests above the mean at 16 (BenchmarkBalance); from
-// 16 on the scan costs from 2 to 5 times as much and keeps growing, and on
+// backend about one request above the mean at 16 (BenchmarkBalance); from
+// 16 on the scan costs from 1.8 to 4.3 times as much and keeps growing, and on
 // machines with many cores its reads of every counter also contend with
 // the other cores' writes, which two choices avoid. Sets of a few dozen
 // backends of very different speeds may still prefer WithScan; weights
@@ -109,8 +109,9 @@
 // choices cost about the same at 4 and at 1024 backends; most of it is the
 // floor every in-flight picker on balancer's shared state pays (one
 // math/rand/v2 number, one lookup by ID, Inc and Dec: see BenchmarkFloor).
-// For comparison, gRPC's least_request takes 150 to 210 ns and three
-// allocations per pick on this class of machine.
+// For comparison, gRPC's least_request was reported (in the issue that
+// asked for this package) at 150 to 210 ns and three allocations per pick
+// on this class of machine.
 //
 // Update: O(n) and a few allocations (entries, the registry's maps, the
 // alias table for a weighted set that uses choices); it never blocks Pick

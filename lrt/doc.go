@@ -142,27 +142,24 @@
 // since with even loads it changes from pick to pick. Pick, Naive: O(n).
 // No lock, no allocation, no clock.
 //
-// On the 2-core AMD EPYC VM this was built on, shared with other work,
-// BenchmarkPick measured a serial Pick at 52–62 ns for four backends (the
-// full scan), 42–49 ns for 64 and 53–56 ns for 1024 (two choices); in
-// thread CPU time, which other work inflates less, 40–50 ns for two
-// choices and 44–67 ns for the scan of four. Comparing all of eight
-// backends took 77–88 ns against 41–42 for two choices
+// On the 2-core AMD EPYC VM this was measured on (medians of 6 runs),
+// BenchmarkPick measured a serial Pick at 53 ns for four backends (the
+// full scan), 41 ns for 64 and 51 ns for 1024 (two choices). Comparing all
+// of eight backends took 66 ns against 37 for two choices
 // (BenchmarkScanOrTwoChoices), which is why the scan stops at four. Done
-// took 75–81 ns, of which the clock read was 35–38 ns (BenchmarkClock;
-// time.Now costs about twice that). Naive took 0.4 µs at 64 backends and
-// 12–14 µs at 1024.
+// took 77 ns, of which the clock read was 36 ns (BenchmarkClock). Naive
+// took 0.4 µs at 64 backends and 14 µs at 1024.
 //
 // Under parallel load the scan of four reads the in-flight counters of all
 // four backends, which the other cores keep writing: parallel Pick+Done
-// measured 270 ns at four backends against 127 at 64 and 81 at 1024. The
+// measured 206 ns at four backends against 80 at 64 and 90 at 1024. The
 // scan is still worth it; what it buys is tens of milliseconds per request
 // (see above), not nanoseconds.
 //
 // In the shared harness (BenchmarkPickDone) each request finishes before
 // the next is picked, so with four backends the one measured fastest takes
 // every request, the other three sit idle, and every pick pays math.Exp
-// for their age: Pick+Done costs about 200 ns there against 140 ns at 64
+// for their age: Pick+Done costs about 185 ns there against 140 ns at 64
 // backends.
 //
 // Done: a map lookup by ID, a clock read, one exponential, an atomic
