@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -23,6 +24,12 @@ var (
 	// ErrBadKey reports an affinity key a picker cannot use, such as a
 	// client address that does not parse.
 	ErrBadKey = errors.New("balancer: bad affinity key")
+	// ErrAbandoned marks the Result of a request the caller gave up on
+	// before the backend's answer was known: the client went away, or its
+	// context was cancelled. Pass Result{Err: ErrAbandoned} (or any error
+	// wrapping it or context.Canceled) to Done for such a request. See
+	// Result.Abandoned.
+	ErrAbandoned = errors.New("balancer: request abandoned")
 )
 
 // MaxWeight is the largest weight Validate accepts. The bound keeps sums of
@@ -84,15 +91,50 @@ type Request struct {
 }
 
 // Result is what the caller learned from one request to a picked backend.
+// What to pass, case by case:
+//
+//   - The backend answered and the caller counts it a success:
+//     Result{Latency: d}, d measured from sending the request to the end of
+//     the response.
+//   - It failed (a transport error, a timeout, a 5xx the caller counts as a
+//     failure): Result{Latency: d, Err: err}, d measured up to the failure.
+//     A timeout (context.DeadlineExceeded) is a failure: the backend was
+//     too slow.
+//   - The caller gave up before the outcome was known (the client went
+//     away, its context was cancelled): Result{Err: ErrAbandoned}, or any
+//     error wrapping ErrAbandoned or context.Canceled. The request leaves
+//     the in-flight count; nothing is learned about the backend: no latency
+//     sample, and not a failure for health checks.
+//   - Nothing was measured: Result{}. The request leaves the in-flight
+//     count and no latency sample is taken (a zero or negative Latency is
+//     never a sample); health counts it as a success.
 type Result struct {
 	// Latency is the time from sending the request to the response, or to
-	// the failure.
+	// the failure. Zero means not measured.
 	Latency time.Duration
 	// Err is nil on success. Otherwise it is the transport error or an error
 	// the caller made for a response it counts as a failure (a 5xx, say).
 	// Health's passive checks look for a refused connection with
 	// errors.Is(err, syscall.ECONNREFUSED).
 	Err error
+}
+
+// Abandoned reports whether r is for a request the caller gave up on: its
+// Err wraps ErrAbandoned or context.Canceled. Learners take no sample from
+// such a Result and health does not count it as a failure.
+//
+// Cost: nothing when Err is nil; otherwise two walks of Err's chain, with
+// no allocation.
+func (r Result) Abandoned() bool {
+	return r.Err != nil && (errors.Is(r.Err, ErrAbandoned) || errors.Is(r.Err, context.Canceled))
+}
+
+// Sample reports whether r carries a latency worth learning from: it was
+// not abandoned and its Latency is positive. Pickers that learn latency
+// (lrt) and anything else that averages it (metrics) skip Results for
+// which it is false.
+func (r Result) Sample() bool {
+	return r.Latency > 0 && !r.Abandoned()
 }
 
 // Picker selects a backend for a request.
@@ -110,8 +152,11 @@ type Picker interface {
 // latency estimates (lrt), passive health checks.
 //
 // Call Done exactly once for every backend Pick returned, when the request
-// to it has finished, failed or been abandoned. Done for a backend that has
-// since left the set, or was never in it, is harmless. Find Feedback with a
+// to it has finished, failed or been abandoned (see Result for what to pass
+// in each case): for an HTTP request, when the response body has been read
+// to the end or closed, not when the headers arrive, so that a slow or
+// streamed body still counts as in flight. Done for a backend that has
+// since left the set, or was never in it, or for nil, is harmless. Find Feedback with a
 // type assertion, once, when wiring:
 //
 //	fb, _ := picker.(balancer.Feedback) // nil if the picker learns nothing

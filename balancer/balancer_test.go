@@ -1,10 +1,12 @@
 package balancer_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,6 +47,60 @@ func TestEndpoint(t *testing.T) {
 	assert.Equal(t, "b:1", bs[1].ID())
 	assert.Equal(t, 1, balancer.WeightOf(bs[0]))
 	assert.Empty(t, balancer.Endpoints())
+
+	ws := balancer.WeightedEndpoints(
+		balancer.Weighted{Addr: "a:1", Weight: 3},
+		balancer.Weighted{Addr: "b:1", Weight: -1},
+	)
+	require.Len(t, ws, 2)
+	assert.Equal(t, "a:1", ws[0].ID())
+	assert.Equal(t, 3, balancer.WeightOf(ws[0]))
+	assert.ErrorIs(t, balancer.Validate(ws), balancer.ErrBadWeight, "weights are checked by Validate")
+}
+
+// A nil *Endpoint reaching Done (a caller's bug) must read as an unknown
+// backend, not panic.
+func TestNilEndpoint(t *testing.T) {
+	var e *balancer.Endpoint
+	assert.NotPanics(t, func() {
+		assert.Equal(t, "", e.ID())
+		assert.Equal(t, "", e.Addr())
+		assert.Equal(t, "", e.String())
+		assert.Equal(t, 0, e.Weight())
+	})
+	var reg balancer.Registry[balancer.InFlight]
+	st := reg.Sync(balancer.Endpoints("a:1"))
+	assert.Nil(t, st.Lookup(e))
+}
+
+func TestResultAbandoned(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name      string
+		r         balancer.Result
+		abandoned bool
+		sample    bool
+	}{
+		{"success", balancer.Result{Latency: time.Millisecond}, false, true},
+		{"failure", balancer.Result{Latency: time.Millisecond, Err: errors.New("boom")}, false, true},
+		{"timeout", balancer.Result{Latency: time.Second, Err: context.DeadlineExceeded}, false, true},
+		{"zero value", balancer.Result{}, false, false},
+		{"negative latency", balancer.Result{Latency: -1}, false, false},
+		{"ErrAbandoned", balancer.Result{Err: balancer.ErrAbandoned}, true, false},
+		{"ErrAbandoned with a latency", balancer.Result{Latency: time.Millisecond, Err: balancer.ErrAbandoned}, true, false},
+		{"wrapped ErrAbandoned", balancer.Result{Err: fmt.Errorf("proxy: %w", balancer.ErrAbandoned)}, true, false},
+		{"context cancelled", balancer.Result{Latency: time.Millisecond, Err: ctx.Err()}, true, false},
+		{"wrapped cancel", balancer.Result{Latency: time.Millisecond, Err: fmt.Errorf("get: %w", context.Canceled)}, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.abandoned, tt.r.Abandoned())
+			assert.Equal(t, tt.sample, tt.r.Sample())
+		})
+	}
+	r := balancer.Result{Latency: time.Millisecond, Err: fmt.Errorf("x: %w", context.Canceled)}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = r.Sample() }))
 }
 
 func TestValidate(t *testing.T) {

@@ -32,14 +32,49 @@ func Endpoints(addrs ...string) []Backend {
 	return bs
 }
 
+// Weighted is an address and its weight, for WeightedEndpoints.
+type Weighted struct {
+	Addr   string
+	Weight int
+}
+
+// WeightedEndpoints returns one Endpoint per address and weight, in order,
+// typed as the []Backend that Update takes. Weights are checked by Update.
+//
+//	bs := balancer.WeightedEndpoints(
+//		balancer.Weighted{Addr: "10.0.0.1:8080", Weight: 3},
+//		balancer.Weighted{Addr: "10.0.0.2:8080", Weight: 1},
+//	)
+func WeightedEndpoints(ws ...Weighted) []Backend {
+	bs := make([]Backend, len(ws))
+	for i, w := range ws {
+		bs[i] = &Endpoint{addr: w.Addr, weight: w.Weight}
+	}
+	return bs
+}
+
+// The methods below are safe on a nil *Endpoint, which has the empty ID and
+// weight 0: a nil Endpoint passed to Done is then an unknown backend, not a
+// panic, and Validate refuses it in a set.
+
 // ID returns the address.
-func (e *Endpoint) ID() string { return e.addr }
+func (e *Endpoint) ID() string {
+	if e == nil {
+		return ""
+	}
+	return e.addr
+}
 
 // Addr returns the address, such as "10.0.0.1:8080".
-func (e *Endpoint) Addr() string { return e.addr }
+func (e *Endpoint) Addr() string { return e.ID() }
 
 // Weight returns the weight given to NewEndpoint.
-func (e *Endpoint) Weight() int { return e.weight }
+func (e *Endpoint) Weight() int {
+	if e == nil {
+		return 0
+	}
+	return e.weight
+}
 
 // String returns the address.
-func (e *Endpoint) String() string { return e.addr }
+func (e *Endpoint) String() string { return e.ID() }
