@@ -272,3 +272,67 @@ func TestLookupManyIDs(t *testing.T) {
 	assert.Nil(t, zero.LookupID("10.0.0.1:8080"))
 	assert.Equal(t, 0, zero.Len())
 }
+
+// fickle answers a valid weight on its first call and first only, as a
+// Backend whose weight is changed by another goroutine might.
+type fickle struct {
+	id    string
+	calls int
+	later int
+}
+
+func (f *fickle) ID() string { return f.id }
+func (f *fickle) Weight() int {
+	f.calls++
+	if f.calls == 1 {
+		return 3
+	}
+	return f.later
+}
+
+func TestNewSetReadsWeightsOnce(t *testing.T) {
+	f := &fickle{id: "f:1", later: -7}
+	in := []balancer.Backend{plain("a"), f}
+	s, err := balancer.NewSet(in)
+	require.NoError(t, err)
+	assert.Equal(t, 1, f.calls, "weight read once")
+	assert.Equal(t, []int{1, 3}, s.Weights, "the value validated is the value kept")
+	assert.Equal(t, []string{"a", "f:1"}, s.IDs)
+	assert.Equal(t, 2, s.Len())
+	in[0] = plain("intruder")
+	assert.Equal(t, "a", s.Backends[0].ID(), "the Set keeps its own copy")
+
+	_, err = balancer.NewSet([]balancer.Backend{plain("a"), plain("a")})
+	assert.ErrorIs(t, err, balancer.ErrDuplicateID)
+}
+
+// A removed backend whose requests are still in flight keeps its counter
+// however many backends leave after it, so that their Dones always find
+// it; once idle it is evicted like any other.
+func TestRegistrySparesBusy(t *testing.T) {
+	var r balancer.Registry[balancer.InFlight]
+	first := r.Sync(balancer.Endpoints("held", "idle"))
+	first.At(0).Inc()
+	first.At(0).Inc()
+	var last balancer.States[balancer.InFlight]
+	for i := range 500 { // far past the 64 retired states kept
+		last = r.Sync(balancer.Endpoints(fmt.Sprint("churn-", i)))
+	}
+	require.Same(t, first.At(0), last.LookupID("held"), "a busy state must not be evicted")
+	assert.Nil(t, last.LookupID("idle"), "an idle one is")
+	assert.Nil(t, last.LookupID("churn-0"))
+
+	assert.True(t, last.LookupID("held").Dec())
+	assert.True(t, last.LookupID("held").Dec())
+	for i := range 100 {
+		last = r.Sync(balancer.Endpoints(fmt.Sprint("more-", i)))
+	}
+	assert.Nil(t, last.LookupID("held"), "evicted once its requests are done")
+	reachable := 0
+	for i := range 100 {
+		if last.LookupID(fmt.Sprint("more-", i)) != nil {
+			reachable++
+		}
+	}
+	assert.Equal(t, 65, reachable, "the bound still holds: 64 retired and 1 live")
+}

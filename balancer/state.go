@@ -15,7 +15,13 @@ const minRetained = 64
 // through States.Lookup, so that a Done arriving after the removal still
 // finds the counter its Pick incremented, and it is revived if the ID comes
 // back. Retired states are evicted oldest first once there are more of them
-// than live backends (and more than 64), so memory stays bounded under churn.
+// than live backends (and more than 64), so memory stays bounded under churn
+// but for one exception: a state whose pointer implements Busy and reports
+// true (an InFlight with requests still counted, or a struct embedding one)
+// is not evicted until it reports false, so that the Dones of requests still
+// in flight always find their counter. Those states are bounded by the
+// number of requests in flight; a caller that never calls Done for a
+// request keeps its backend's state for good.
 //
 // A Registry is for writers only: call Sync under the mutex that serialises
 // a picker's updates. The zero value is ready to use. What Sync returns is
@@ -83,16 +89,33 @@ func (r *Registry[S]) Sync(bs []Backend) States[S] {
 	return States[S]{list: list, byID: byID}
 }
 
-// evict drops the oldest retired states beyond the bound, and compacts the
-// queue when revived IDs have left it mostly stale.
+// Busy is implemented by state types that must outlive their backend's
+// removal for a while. A Registry does not evict a retired state whose
+// pointer implements Busy while Busy returns true. InFlight implements it.
+type Busy interface {
+	Busy() bool
+}
+
+// evict drops the oldest retired states beyond the bound, sparing busy
+// ones, and compacts the queue when revived IDs have left it mostly stale.
 func (r *Registry[S]) evict() {
 	limit := max(len(r.live), minRetained)
-	for len(r.retired) > limit && len(r.queue) > 0 {
+	var spared []retiredID // busy, kept at the head of the queue, oldest first
+	for len(r.retired)-len(spared) > limit && len(r.queue) > 0 {
 		q := r.queue[0]
 		r.queue = r.queue[1:]
-		if e, ok := r.retired[q.id]; ok && e.seq == q.seq {
-			delete(r.retired, q.id)
+		e, ok := r.retired[q.id]
+		if !ok || e.seq != q.seq {
+			continue // revived, or retired again later
 		}
+		if b, ok := any(e.s).(Busy); ok && b.Busy() {
+			spared = append(spared, q)
+			continue
+		}
+		delete(r.retired, q.id)
+	}
+	if len(spared) > 0 {
+		r.queue = append(spared, r.queue...)
 	}
 	if len(r.queue) > 2*len(r.retired)+minRetained {
 		fresh := make([]retiredID, 0, len(r.retired))
@@ -168,3 +191,8 @@ func (c *InFlight) Dec() bool {
 
 // Load returns the current count.
 func (c *InFlight) Load() int64 { return c.n.Load() }
+
+// Busy reports whether requests are counted, so that a Registry keeps the
+// counter of a removed backend until the Dones of its last requests have
+// found it (see Registry).
+func (c *InFlight) Busy() bool { return c.n.Load() > 0 }

@@ -16,26 +16,61 @@ import (
 //
 // Cost: O(n) with one map of the IDs.
 func Validate(bs []Backend) error {
+	_, err := NewSet(bs)
+	return err
+}
+
+// Set is a validated copy of a set of backends, with each backend's ID and
+// weight read exactly once. Build a picker's snapshot from it, not from the
+// caller's slice: the copy is the picker's own (Update must not keep or
+// modify the caller's slice), and a weight read once cannot change between
+// validation and use, so a Backend whose Weight answers differently on each
+// call cannot slip a zero or a negative weight past Validate.
+type Set struct {
+	// Backends are the caller's backends, in the caller's order, in a slice
+	// of the Set's own.
+	Backends []Backend
+	// IDs[i] is Backends[i].ID().
+	IDs []string
+	// Weights[i] is Backends[i]'s weight (see WeightOf), in [1, MaxWeight].
+	Weights []int
+}
+
+// NewSet validates bs as Validate does and returns the validated copy. On
+// error the Set is empty.
+//
+// Cost: O(n), one map of the IDs and three slices of n.
+func NewSet(bs []Backend) (Set, error) {
+	s := Set{
+		Backends: make([]Backend, len(bs)),
+		IDs:      make([]string, len(bs)),
+		Weights:  make([]int, len(bs)),
+	}
 	seen := make(map[string]int, len(bs))
 	for i, b := range bs {
 		if isNil(b) {
-			return fmt.Errorf("%w at position %d", ErrNilBackend, i)
+			return Set{}, fmt.Errorf("%w at position %d", ErrNilBackend, i)
 		}
 		id := b.ID()
 		if id == "" {
-			return fmt.Errorf("%w at position %d", ErrEmptyID, i)
+			return Set{}, fmt.Errorf("%w at position %d", ErrEmptyID, i)
 		}
 		if j, dup := seen[id]; dup {
-			return fmt.Errorf("%w %q at positions %d and %d", ErrDuplicateID, id, j, i)
+			return Set{}, fmt.Errorf("%w %q at positions %d and %d", ErrDuplicateID, id, j, i)
 		}
 		seen[id] = i
-		if w := WeightOf(b); w < 1 || w > MaxWeight {
-			return fmt.Errorf("%w: %q at position %d has weight %d, want 1 to %d",
+		w := WeightOf(b)
+		if w < 1 || w > MaxWeight {
+			return Set{}, fmt.Errorf("%w: %q at position %d has weight %d, want 1 to %d",
 				ErrBadWeight, id, i, w, MaxWeight)
 		}
+		s.Backends[i], s.IDs[i], s.Weights[i] = b, id, w
 	}
-	return nil
+	return s, nil
 }
+
+// Len returns the number of backends.
+func (s Set) Len() int { return len(s.Backends) }
 
 // isNil reports whether b is nil or holds a nil pointer, map, func, chan or
 // slice, whose ID method would likely panic. Update is not a hot path, so
