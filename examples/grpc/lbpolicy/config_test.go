@@ -1,0 +1,147 @@
+package lbpolicy_test
+
+import (
+	"strings"
+	"testing"
+
+	lbk "github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/examples/grpc/lbpolicy"
+	"github.com/lbkit/lbkit/rr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental/balancer/weight"
+	"google.golang.org/grpc/resolver"
+)
+
+func builder(t *testing.T, name string) *lbpolicy.Builder {
+	t.Helper()
+	for _, b := range lbpolicy.Builders() {
+		if b.Name() == name {
+			return b
+		}
+	}
+	t.Fatalf("no built-in policy %q", name)
+	return nil
+}
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		policy, js string
+		wantErr    string // "" for valid
+		key        string
+		codes      []codes.Code
+	}{
+		{policy: lbpolicy.RoundRobin, js: ``, codes: lbpolicy.DefaultFailureCodes},
+		{policy: lbpolicy.RoundRobin, js: `null`, codes: lbpolicy.DefaultFailureCodes},
+		{policy: lbpolicy.LeastConn, js: `{}`, codes: lbpolicy.DefaultFailureCodes},
+		{policy: lbpolicy.LeastConn, js: `{"failureCodes": ["UNAVAILABLE", 4]}`,
+			codes: []codes.Code{codes.Unavailable, codes.DeadlineExceeded}},
+		{policy: lbpolicy.RingHash, js: `{"key": "x-user"}`, key: "x-user", codes: lbpolicy.DefaultFailureCodes},
+		{policy: lbpolicy.RingHash, js: `{"key": "x-user", "boundedLoad": 1.25}`, key: "x-user", codes: lbpolicy.DefaultFailureCodes},
+		{policy: lbpolicy.IPHash, js: `{"key": "x-client-ip"}`, key: "x-client-ip", codes: lbpolicy.DefaultFailureCodes},
+
+		{policy: lbpolicy.RingHash, js: `{}`, wantErr: `"key" is required`},
+		{policy: lbpolicy.Maglev, js: `{"boundedLoad": 1.5, "key": "k"}`, wantErr: `"boundedLoad" is only for lbkit_ring_hash`},
+		{policy: lbpolicy.WeightedRoundRobin, js: `{"key": "x-user"}`, wantErr: `"key" is only for the hash policies`},
+		{policy: lbpolicy.RingHash, js: `{"key": "k", "boundedLoad": 1}`, wantErr: `want a factor above 1`},
+		{policy: lbpolicy.RingHash, js: `{"key": "k", "boundedLoad": 101}`, wantErr: `want a factor above 1`},
+		{policy: lbpolicy.RoundRobin, js: `{"failureCodes": ["OK"]}`, wantErr: `cannot list OK`},
+		{policy: lbpolicy.RoundRobin, js: `{"failureCodes": ["CANCELLED"]}`, wantErr: `cannot list Canceled`},
+		{policy: lbpolicy.RoundRobin, js: `{"failureCodes": ["NOPE"]}`, wantErr: `invalid code`},
+		{policy: lbpolicy.RoundRobin, js: `{"failureCodes": [17]}`, wantErr: `invalid code`},
+		{policy: lbpolicy.RoundRobin, js: `{"choices": 2}`, wantErr: `unknown field "choices"`},
+		{policy: lbpolicy.RoundRobin, js: `{"key": 3`, wantErr: `lbpolicy: lbkit_round_robin config`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.policy+" "+tt.js, func(t *testing.T) {
+			got, err := builder(t, tt.policy).ParseConfig([]byte(tt.js))
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				assert.True(t, strings.HasPrefix(err.Error(), "lbpolicy: "+tt.policy+" config: "), err.Error())
+				return
+			}
+			require.NoError(t, err)
+			cfg := got.(*lbpolicy.Config)
+			assert.Equal(t, tt.key, cfg.Key)
+			if tt.js != "" && strings.Contains(tt.js, "failureCodes") {
+				assert.Equal(t, tt.codes, cfg.FailureCodes)
+			}
+		})
+	}
+}
+
+func TestBuilders(t *testing.T) {
+	want := []string{
+		lbpolicy.RoundRobin, lbpolicy.WeightedRoundRobin, lbpolicy.LeastConn, lbpolicy.LeastResponseTime,
+		lbpolicy.IPHash, lbpolicy.RingHash, lbpolicy.Maglev,
+	}
+	var got []string
+	for _, b := range lbpolicy.Builders() {
+		got = append(got, b.Name())
+		assert.Equal(t, strings.ToLower(b.Name()), b.Name())
+		assert.True(t, strings.HasPrefix(b.Name(), "lbkit_"))
+		reg, ok := balancer.Get(b.Name()).(*lbpolicy.Builder)
+		if assert.True(t, ok, "Register (in TestMain) registered %s", b.Name()) {
+			assert.Equal(t, b.Name(), reg.Name())
+		}
+	}
+	assert.Equal(t, want, got)
+}
+
+func TestNewBuilder(t *testing.T) {
+	newRR := func() lbk.Balancer { return rr.New() }
+	tests := []struct {
+		name    string
+		f       func() lbk.Balancer
+		wantErr string
+	}{
+		{"my_rr", newRR, ""},
+		{"", newRR, "empty name"},
+		{"My_RR", newRR, `name "My_RR" is not lower case`},
+		{"my_rr", nil, "nil newBalancer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+tt.wantErr, func(t *testing.T) {
+			b, err := lbpolicy.NewBuilder(tt.name, tt.f)
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				assert.Nil(t, b)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.name, b.Name())
+			cfg, err := b.ParseConfig([]byte(`{"key": "x-anything"}`))
+			require.NoError(t, err, "a custom policy takes a key if given one")
+			assert.Equal(t, "x-anything", cfg.(*lbpolicy.Config).Key)
+			_, err = b.ParseConfig([]byte(`{"boundedLoad": 2}`))
+			assert.Error(t, err)
+		})
+	}
+}
+
+func TestWeight(t *testing.T) {
+	ep := resolver.Endpoint{Addresses: []resolver.Address{{Addr: "10.0.0.1:50051"}}}
+	tests := []struct {
+		name string
+		ep   resolver.Endpoint
+		want int
+	}{
+		{"unset", ep, 1},
+		{"SetWeight", lbpolicy.SetWeight(ep, 7), 7},
+		{"SetWeight out of range is kept, to be refused", lbpolicy.SetWeight(ep, 0), 0},
+		{"gRPC's attribute", weight.Set(ep, weight.EndpointInfo{Weight: 5}), 5},
+		{"gRPC's attribute, 0 is unset", weight.Set(ep, weight.EndpointInfo{Weight: 0}), 1},
+		{"gRPC's attribute, capped", weight.Set(ep, weight.EndpointInfo{Weight: 1 << 31}), lbk.MaxWeight},
+		{"SetWeight wins", lbpolicy.SetWeight(weight.Set(ep, weight.EndpointInfo{Weight: 5}), 2), 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, lbpolicy.WeightOf(tt.ep))
+		})
+	}
+	assert.Equal(t, 1, lbpolicy.WeightOf(ep), "SetWeight copies; the original is unchanged")
+}

@@ -1,0 +1,2 @@
+// Package lbpolicy is a gRPC load-balancing policy that wraps lbkit pickers.
+package lbpolicy

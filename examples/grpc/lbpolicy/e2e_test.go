@@ -1,0 +1,372 @@
+package lbpolicy_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	lbk "github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/examples/grpc/internal/echo"
+	"github.com/lbkit/lbkit/examples/grpc/lbpolicy"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
+)
+
+// policies is every built-in policy with a config that makes it work, and
+// how to key a call for the hash ones.
+var policies = []struct {
+	name string
+	cfg  string
+	md   func(i int) []string // metadata for call i, nil for none
+}{
+	{lbpolicy.RoundRobin, "", nil},
+	{lbpolicy.WeightedRoundRobin, "", nil},
+	{lbpolicy.LeastConn, "", nil},
+	{lbpolicy.LeastResponseTime, "", nil},
+	{lbpolicy.IPHash, `{"key": "x-client-ip"}`, func(i int) []string {
+		return []string{"x-client-ip", fmt.Sprintf("192.0.2.%d", i%200)}
+	}},
+	{lbpolicy.RingHash, `{"key": "x-user", "boundedLoad": 1.25}`, func(i int) []string {
+		return []string{"x-user", fmt.Sprintf("user-%d", i%200)}
+	}},
+	{lbpolicy.Maglev, `{"key": "x-user"}`, func(i int) []string {
+		return []string{"x-user", fmt.Sprintf("user-%d", i%200)}
+	}},
+}
+
+// warm sends rounds of concurrent calls until every backend has served
+// one (so that all are READY in the channel), then zeroes the counts.
+// Concurrent, because a latency-learning picker may leave a backend alone
+// while calls come one at a time.
+func warm(t *testing.T, cc *grpc.ClientConn, bs []*backend, md func(int) []string) {
+	t.Helper()
+	eventually(t, "every backend to serve", func() bool {
+		c := load(t, cc, 8, 24, md)
+		require.Zero(t, c.failed, "errors: %v", c.errs)
+		for _, b := range bs {
+			if b.served.Load() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, b := range bs {
+		b.served.Store(0)
+	}
+}
+
+// TestSpread checks that traffic spreads as each algorithm says, over
+// three real servers, one of them slow (30 ms against 1 ms).
+func TestSpread(t *testing.T) {
+	const fast, slow = time.Millisecond, 30 * time.Millisecond
+	tests := []struct {
+		policy  string
+		weights []int
+		delays  []time.Duration
+		check   func(t *testing.T, c *tally)
+	}{
+		{lbpolicy.RoundRobin, nil, []time.Duration{fast, fast, slow}, func(t *testing.T, c *tally) {
+			// Blind to speed: a third each, the slow one too.
+			for _, b := range []string{"b0", "b1", "b2"} {
+				assert.InDelta(t, 1.0/3, c.share(b), 0.05, b)
+			}
+		}},
+		{lbpolicy.WeightedRoundRobin, []int{3, 1, 1}, []time.Duration{fast, fast, fast}, func(t *testing.T, c *tally) {
+			assert.InDelta(t, 0.6, c.share("b0"), 0.05)
+			assert.InDelta(t, 0.2, c.share("b1"), 0.05)
+			assert.InDelta(t, 0.2, c.share("b2"), 0.05)
+		}},
+		{lbpolicy.LeastConn, nil, []time.Duration{fast, fast, slow}, func(t *testing.T, c *tally) {
+			// RPCs pile up on the slow server, so it is picked less.
+			assert.Less(t, c.share("b2"), 0.15)
+			assert.Greater(t, c.share("b0"), 0.35)
+			assert.Greater(t, c.share("b1"), 0.35)
+		}},
+		{lbpolicy.LeastResponseTime, nil, []time.Duration{fast, fast, slow}, func(t *testing.T, c *tally) {
+			assert.Less(t, c.share("b2"), 0.15)
+			assert.Greater(t, c.share("b0"), 0.35)
+			assert.Greater(t, c.share("b1"), 0.35)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.policy, func(t *testing.T) {
+			checkNoLeaks(t)
+			bs := startBackends(t, tt.delays...)
+			cc, _ := dial(t, serviceConfig(tt.policy, ""), endpoints(bs, tt.weights...))
+			warm(t, cc, bs, nil)
+			c := load(t, cc, 8, 600, nil)
+			t.Logf("%s, delays %v, weights %v: %v", tt.policy, tt.delays, tt.weights, c)
+			assert.Zero(t, c.failed, "errors: %v", c.errs)
+			tt.check(t, c)
+		})
+	}
+}
+
+// TestAffinity checks that the hash policies send every call with one key
+// to one backend, spread keys over the backends, still serve calls without
+// the key, and fail at once, not wait, on a key the picker cannot use.
+func TestAffinity(t *testing.T) {
+	for _, p := range policies {
+		if p.md == nil {
+			continue
+		}
+		t.Run(p.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			bs := startBackends(t, 0, 0, 0)
+			cc, _ := dial(t, serviceConfig(p.name, p.cfg), endpoints(bs))
+			warm(t, cc, bs, p.md)
+
+			const keys, per = 40, 5
+			homes := map[string]bool{}
+			for k := range keys {
+				seen := map[string]bool{}
+				for range per {
+					ctx, cancel := context.WithTimeout(metadataContext(context.Background(), p.md(k)), 5*time.Second)
+					name, err := echo.Call(ctx, cc, "hi")
+					cancel()
+					require.NoError(t, err)
+					seen[name] = true
+					homes[name] = true
+				}
+				assert.Len(t, seen, 1, "key %v reached %v", p.md(k), seen)
+			}
+			assert.Len(t, homes, 3, "40 keys should reach all 3 backends")
+
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := echo.Call(ctx, cc, "no key")
+			assert.NoError(t, err, "a call without the key is hashed as the empty key")
+
+			if p.name == lbpolicy.IPHash {
+				start := time.Now()
+				ctx := metadataContext(ctx, []string{"x-client-ip", "not-an-address"})
+				_, err := echo.Call(ctx, cc, "bad key")
+				assert.Equal(t, codes.Internal, status.Code(err), "%v", err)
+				assert.Less(t, time.Since(start), 2*time.Second, "a wait-for-ready call with a bad key must fail, not wait")
+			}
+		})
+	}
+}
+
+// TestNotServing checks, for every policy, that a server whose health
+// service says NOT_SERVING gets no RPCs once the channel has heard it, and
+// gets them again when it says SERVING.
+func TestNotServing(t *testing.T) {
+	for _, p := range policies {
+		t.Run(p.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			bs := startBackends(t, 0, 0, 0)
+			cc, _ := dial(t, serviceConfig(p.name, p.cfg), endpoints(bs))
+			warm(t, cc, bs, p.md)
+
+			bs[1].health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+			// The news travels over the health stream: wait until a round
+			// of 50 calls misses b1.
+			eventually(t, "b1 to be avoided", func() bool {
+				before := bs[1].served.Load()
+				c := load(t, cc, 4, 50, p.md)
+				require.Zero(t, c.failed, "errors: %v", c.errs)
+				return bs[1].served.Load() == before
+			})
+			bs[1].served.Store(0)
+			c := load(t, cc, 8, 300, p.md)
+			t.Logf("%s, b1 NOT_SERVING: %v", p.name, c)
+			assert.Zero(t, c.failed, "errors: %v", c.errs)
+			assert.Zero(t, bs[1].served.Load(), "b1 is NOT_SERVING")
+			assert.Zero(t, c.share("b1"))
+
+			bs[1].health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+			eventually(t, "b1 to serve again", func() bool {
+				load(t, cc, 4, 50, p.md)
+				return bs[1].served.Load() > 0
+			})
+		})
+	}
+}
+
+// TestStoppedServer checks, for every policy, that stopping a server in
+// the middle of the traffic fails no RPC: calls in flight on it fail
+// UNAVAILABLE and are retried (the service config marks them idempotent),
+// and later ones wait for a READY endpoint (wait-for-ready).
+func TestStoppedServer(t *testing.T) {
+	for _, p := range policies {
+		t.Run(p.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			bs := startBackends(t, 2*time.Millisecond, 2*time.Millisecond, 2*time.Millisecond)
+			cc, _ := dial(t, serviceConfig(p.name, p.cfg), endpoints(bs))
+			warm(t, cc, bs, p.md)
+
+			var wg sync.WaitGroup
+			var c *tally
+			wg.Go(func() { c = load(t, cc, 8, 900, p.md) })
+			eventually(t, "a third of the calls", func() bool {
+				return bs[0].served.Load()+bs[1].served.Load()+bs[2].served.Load() >= 300
+			})
+			bs[0].srv.Stop()
+			servedBefore := bs[1].served.Load() + bs[2].served.Load()
+			wg.Wait()
+			t.Logf("%s, b0 stopped after a third: %v", p.name, c)
+			assert.Zero(t, c.failed, "errors: %v", c.errs)
+			assert.Greater(t, bs[1].served.Load()+bs[2].served.Load(), servedBefore+400,
+				"the calls after the stop went to b1 and b2")
+		})
+	}
+}
+
+// TestDoneFeedback checks what the lbkit picker hears, through a recording
+// picker wrapped with NewBuilder: one Done per pick, a latency sample for
+// a success, a failure for a status in failureCodes, a success for an
+// application error, and an abandoned result for a cancelled call.
+func TestDoneFeedback(t *testing.T) {
+	checkNoLeaks(t)
+	const delay = 5 * time.Millisecond
+	bs := startBackends(t, delay, delay, delay)
+	cc, _ := dial(t, serviceConfig(recorderPolicy, ""), endpoints(bs))
+	warm(t, cc, bs, nil)
+	rec := lastRecorder.Load()
+	require.NotNil(t, rec)
+
+	call := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := echo.Call(ctx, cc, "hi")
+		return err
+	}
+	setFail := func(err error) {
+		for _, b := range bs {
+			b.setFail(err)
+		}
+	}
+	last := func() lbk.Result {
+		rs, _ := rec.snapshot()
+		require.NotEmpty(t, rs)
+		return rs[len(rs)-1]
+	}
+
+	t.Run("ok", func(t *testing.T) {
+		require.NoError(t, call(context.Background()))
+		r := last()
+		assert.NoError(t, r.Err)
+		assert.True(t, r.Sample())
+		assert.GreaterOrEqual(t, r.Latency, delay, "latency runs from pick to end")
+	})
+	t.Run("failure", func(t *testing.T) {
+		setFail(status.Error(codes.Internal, "boom"))
+		defer setFail(nil)
+		assert.Equal(t, codes.Internal, status.Code(call(context.Background())))
+		r := last()
+		assert.Equal(t, codes.Internal, status.Code(r.Err))
+		assert.False(t, r.Abandoned())
+		assert.GreaterOrEqual(t, r.Latency, delay)
+	})
+	t.Run("application error", func(t *testing.T) {
+		setFail(status.Error(codes.NotFound, "no such thing"))
+		defer setFail(nil)
+		assert.Equal(t, codes.NotFound, status.Code(call(context.Background())))
+		r := last()
+		assert.NoError(t, r.Err, "NOT_FOUND is an answer, not a failure")
+		assert.True(t, r.Sample())
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		for _, b := range bs {
+			b.delay.Store(int64(time.Second))
+		}
+		defer func() {
+			for _, b := range bs {
+				b.delay.Store(int64(delay))
+			}
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			cancel()
+		}()
+		_, err := echo.Call(ctx, cc, "hi")
+		assert.Equal(t, codes.Canceled, status.Code(err))
+		r := last()
+		assert.True(t, r.Abandoned(), "got %+v", r)
+		assert.False(t, r.Sample())
+	})
+	t.Run("one done per pick", func(t *testing.T) {
+		c := load(t, cc, 8, 200, nil)
+		require.Zero(t, c.failed, "errors: %v", c.errs)
+		rs, ids := rec.snapshot()
+		assert.Equal(t, rec.picks.Load(), int64(len(rs)))
+		for i, id := range ids {
+			assert.Contains(t, []string{bs[0].addr, bs[1].addr, bs[2].addr}, id, "result %d", i)
+		}
+	})
+}
+
+// TestBadResolverUpdate checks that a resolver update lbkit would refuse
+// is refused as a whole, with an error the resolver sees, and that the
+// previous endpoints stay in use.
+func TestBadResolverUpdate(t *testing.T) {
+	checkNoLeaks(t)
+	bs := startBackends(t, 0, 0, 0)
+	cc, r := dial(t, serviceConfig(lbpolicy.WeightedRoundRobin, ""), endpoints(bs))
+	warm(t, cc, bs, nil)
+
+	var mu sync.Mutex
+	var got error
+	r.UpdateStateCallback = func(err error) {
+		mu.Lock()
+		got = err
+		mu.Unlock()
+	}
+	bad := []struct {
+		name string
+		eps  []resolver.Endpoint
+		want error
+	}{
+		{"weight 0", endpoints(bs[:2], 1, 0), lbk.ErrBadWeight},
+		{"weight too big", endpoints(bs[:2], 1, lbk.MaxWeight+1), lbk.ErrBadWeight},
+		{"no address", append(endpoints(bs[:1]), resolver.Endpoint{}), lbk.ErrEmptyID},
+		{"same first address", append(endpoints(bs[:1]), resolver.Endpoint{Addresses: []resolver.Address{
+			{Addr: bs[0].addr}, {Addr: bs[1].addr}}}), lbk.ErrDuplicateID},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			r.UpdateState(resolver.State{Endpoints: tt.eps})
+			mu.Lock()
+			err := got
+			mu.Unlock()
+			assert.ErrorIs(t, err, tt.want)
+			c := load(t, cc, 4, 90, nil)
+			assert.Zero(t, c.failed, "errors: %v", c.errs)
+			for _, b := range bs {
+				assert.Positive(t, c.share(b.name), "the previous set, all three, stays in use: %v", c)
+			}
+		})
+	}
+}
+
+// TestServiceConfigErrors checks that a bad policy config makes the dial
+// fail with a message that says what is wrong.
+func TestServiceConfigErrors(t *testing.T) {
+	tests := []struct {
+		policy, cfg, want string
+	}{
+		{lbpolicy.RingHash, `{}`, `"key" is required`},
+		{lbpolicy.LeastConn, `{"key": "x-user"}`, `"key" is only for the hash policies`},
+		{lbpolicy.RingHash, `{"key": "x", "boundedLoad": 0.5}`, `WithBoundedLoad(0.5)`},
+		{lbpolicy.RoundRobin, `{"boundedLod": 1.25}`, `unknown field "boundedLod"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			_, err := grpc.NewClient("passthrough:///127.0.0.1:1",
+				grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithDefaultServiceConfig(serviceConfig(tt.policy, tt.cfg)))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}

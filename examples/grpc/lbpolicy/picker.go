@@ -1,0 +1,197 @@
+package lbpolicy
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	lbk "github.com/lbkit/lbkit/balancer"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// endpoint is the lbkit Backend for one READY endpoint: its ID (the first
+// address), its weight, and the picker of its pick_first child, which
+// holds the connection. One is made per endpoint each time the READY set
+// changes; lbkit's Pick returns the very value it was given, so the
+// picker finds the child with a type assertion, not a map.
+//
+// An endpoint is immutable.
+type endpoint struct {
+	id     string
+	weight int
+	child  balancer.Picker
+}
+
+var (
+	_ lbk.Backend  = (*endpoint)(nil)
+	_ lbk.Weighter = (*endpoint)(nil)
+)
+
+// ID returns the endpoint's first address.
+func (e *endpoint) ID() string { return e.id }
+
+// Weight returns the endpoint's weight (see SetWeight).
+func (e *endpoint) Weight() int { return e.weight }
+
+// errCancelled is what the lbkit picker is told about an RPC that ended
+// CANCELLED: abandoned, so no latency sample and no failure.
+var errCancelled = fmt.Errorf("lbpolicy: rpc cancelled: %w", lbk.ErrAbandoned)
+
+// picker is the channel's picker while at least one endpoint is READY. It
+// asks the lbkit picker for an endpoint, then that endpoint's child for
+// the connection, and arranges for the lbkit picker to hear how the RPC
+// ended.
+//
+// A new picker is published on every change of the READY set, but all of
+// a channel's pickers share one lbkit picker (which outlives them, and
+// whose set is already the newest), and one pool of call records.
+//
+// A picker is immutable after newPicker and safe for concurrent use.
+type picker struct {
+	lb       lbk.Picker
+	fb       lbk.Feedback // nil: lb learns nothing, so nothing is tracked
+	key      string       // metadata key of the affinity key, or ""
+	failures failureSet
+	calls    *sync.Pool // *call
+
+	// Prebuilt so that the error paths allocate nothing.
+	errBadKey  error
+	errForeign error
+}
+
+var _ balancer.Picker = (*picker)(nil)
+
+func newPicker(p *policy, lb lbk.Picker, fb lbk.Feedback, cfg *Config) *picker {
+	return &picker{
+		lb:       lb,
+		fb:       fb,
+		key:      cfg.Key,
+		failures: cfg.failures,
+		calls:    &p.calls,
+		errBadKey: status.Errorf(codes.Internal,
+			"lbpolicy: %s: metadata %q does not hold a key the picker can use", p.builder.name, cfg.Key),
+		errForeign: status.Errorf(codes.Internal,
+			"lbpolicy: %s: picker returned a backend it was not given", p.builder.name),
+	}
+}
+
+// Pick picks an endpoint with lbkit and a connection with the endpoint's
+// child. When the lbkit picker implements Feedback, the result's Done
+// tells it how the RPC ended (see Config), measuring the latency from
+// here, and then calls the child's Done if it had one.
+//
+// Cost, beyond the lbkit Pick and the child's: with a key configured, the
+// metadata lookup, which copies the entry's values (one small allocation
+// when the entry is present); with Feedback, one time.Now and a call
+// record from a sync.Pool, so no allocation once the pool is warm.
+func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
+	var req lbk.Request
+	if p.key != "" && info.Ctx != nil {
+		if v := metadata.ValueFromOutgoingContext(info.Ctx, p.key); len(v) > 0 {
+			req.Key = v[0]
+		}
+	}
+	b, err := p.lb.Pick(req)
+	if err != nil {
+		return balancer.PickResult{}, p.pickError(err)
+	}
+	e, ok := b.(*endpoint)
+	if !ok || e == nil {
+		p.forget(b)
+		return balancer.PickResult{}, p.errForeign
+	}
+	res, err := e.child.Pick(info)
+	if err != nil {
+		// No RPC goes out on this pick: take it off lbkit's count. gRPC
+		// picks again when the error asks it to.
+		p.forget(b)
+		return res, err
+	}
+	if p.fb == nil {
+		return res, nil
+	}
+	c := p.calls.Get().(*call)
+	c.p, c.e, c.childDone, c.start = p, e, res.Done, time.Now()
+	res.Done = c.done
+	return res, nil
+}
+
+// forget tells the lbkit picker that a pick it made was not used.
+func (p *picker) forget(b lbk.Backend) {
+	if p.fb != nil {
+		p.fb.Done(b, lbk.Result{})
+	}
+}
+
+// pickError turns an lbkit Pick error into what gRPC expects of a picker.
+func (p *picker) pickError(err error) error {
+	switch {
+	case err == lbk.ErrNoBackend:
+		// The READY set emptied after this picker was published; the
+		// picker that replaces it is on its way, and gRPC waits for it.
+		return balancer.ErrNoSubConnAvailable
+	case errors.Is(err, lbk.ErrBadKey):
+		// A status error ends the RPC at once, even a wait-for-ready one,
+		// which would otherwise wait for a picker that cannot come.
+		return p.errBadKey
+	default:
+		return status.Errorf(codes.Unavailable, "lbpolicy: pick: %v", err)
+	}
+}
+
+// result says what an RPC's end tells the lbkit picker; see Config.
+func (p *picker) result(info balancer.DoneInfo, start time.Time) lbk.Result {
+	if info.Err == nil {
+		if !info.BytesReceived {
+			// gRPC found the picked connection gone and will pick again:
+			// nothing was sent, nothing measured.
+			return lbk.Result{}
+		}
+		return lbk.Result{Latency: time.Since(start)}
+	}
+	switch code := status.Code(info.Err); {
+	case code == codes.Canceled:
+		return lbk.Result{Err: errCancelled}
+	case p.failures.has(code):
+		return lbk.Result{Latency: time.Since(start), Err: info.Err}
+	default:
+		// An application error (NOT_FOUND, INVALID_ARGUMENT, ...): the
+		// backend answered.
+		return lbk.Result{Latency: time.Since(start)}
+	}
+}
+
+// call carries one RPC from Pick to Done: what Done needs that the pick
+// result cannot hold. Call records are pooled so that a pick allocates
+// nothing; each is made once with its done func bound to it, which is what
+// goes into PickResult.Done.
+//
+// gRPC calls Done at most once per pick, which is what makes the reuse
+// safe: after finish a record belongs to the pool again.
+type call struct {
+	p         *picker
+	e         *endpoint
+	childDone func(balancer.DoneInfo)
+	start     time.Time
+	done      func(balancer.DoneInfo) // c.finish, bound once
+}
+
+func newCall() *call {
+	c := new(call)
+	c.done = c.finish
+	return c
+}
+
+func (c *call) finish(info balancer.DoneInfo) {
+	p, e, childDone, start := c.p, c.e, c.childDone, c.start
+	c.p, c.e, c.childDone = nil, nil, nil
+	p.calls.Put(c)
+	p.fb.Done(e, p.result(info, start))
+	if childDone != nil {
+		childDone(info)
+	}
+}
