@@ -1,2 +1,116 @@
-// Package lbpolicy is a gRPC load-balancing policy that wraps lbkit pickers.
+// Package lbpolicy makes any lbkit algorithm a gRPC load-balancing policy:
+// a gRPC client spreads its RPCs over a service's endpoints with lbkit's
+// least connections, least response time, weighted round robin or
+// consistent hashing, chosen by the service config.
+//
+//	lbpolicy.Register() // once, before the first dial
+//	cc, err := grpc.NewClient("dns:///orders.internal:50051",
+//		grpc.WithTransportCredentials(creds),
+//		grpc.WithDefaultServiceConfig(`{
+//			"loadBalancingConfig": [{"lbkit_least_conn": {}}],
+//			"healthCheckConfig": {"serviceName": ""}
+//		}`))
+//
+// What a caller must do:
+//
+//   - Call Register (or register the Builders you want) once, before the
+//     first dial. Nothing registers itself: the package has no init.
+//   - Name a policy in loadBalancingConfig (the names are below). The
+//     resolver's endpoints are the backends; only READY ones are picked.
+//   - For the hash policies, name a metadata key in the config and set it
+//     on every RPC: {"lbkit_ring_hash": {"key": "x-user-id"}}, then
+//     metadata.AppendToOutgoingContext(ctx, "x-user-id", userID). For
+//     lbkit_ip_hash the value must be a client address ("192.0.2.7" or
+//     "192.0.2.7:51000"); one that does not parse fails the RPC at once
+//     with INTERNAL. An RPC without the entry is hashed as the empty key,
+//     so all such RPCs share one backend.
+//   - Nothing to do for Done: the policy sees each RPC end and tells the
+//     lbkit picker, with the latency from pick to end. A status in the
+//     config's failureCodes (default DefaultFailureCodes: UNKNOWN,
+//     DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE, DATA_LOSS) is a failure;
+//     CANCELLED means the caller gave up (balancer.ErrAbandoned: no sample,
+//     no failure); any other status is an answer. See Config.
+//   - For health checking, serve the standard health service
+//     (google.golang.org/grpc/health) and put healthCheckConfig in the
+//     service config: a NOT_SERVING endpoint leaves the lbkit picker's set.
+//     This package imports gRPC's client-side health checker for you.
+//   - To ride out a backend that dies mid-RPC, mark idempotent methods
+//     waitForReady with a retryPolicy on UNAVAILABLE in the service config:
+//     RPCs in flight on the dead server are retried elsewhere, new ones wait
+//     for a READY endpoint instead of failing.
+//
+// # Policies
+//
+//	name               algorithm                          config
+//	lbkit_round_robin  rr                                 {}
+//	lbkit_wrr          wrr (weights: SetWeight)           {}
+//	lbkit_least_conn   leastconn                          {}
+//	lbkit_lrt          lrt (latency × in flight)          {}
+//	lbkit_ip_hash      iphash                             {"key": "x-client-ip"}
+//	lbkit_ring_hash    consistent ring, bounded if asked  {"key": "x-user", "boundedLoad": 1.25}
+//	lbkit_maglev       consistent Maglev                  {"key": "x-user"}
+//
+// Every config also takes "failureCodes". Unknown fields are refused, so a
+// misspelt setting fails the dial rather than being ignored. lbkit's naive
+// lrt, which herds, is not offered. To wrap a picker of your own (or an
+// lbkit one with other options, or inside a decorator), build a policy with
+// NewBuilder and register it with google.golang.org/grpc/balancer.Register.
+//
+// Weights come from the endpoints: SetWeight in your resolver, or gRPC's
+// experimental weight attribute (which xDS sets). A resolver update with a
+// weight outside [1, balancer.MaxWeight], an endpoint without an address,
+// or two endpoints with the same first address is refused as a whole, and
+// the previous endpoints stay in use.
+//
+// # How it works
+//
+// The policy is built like gRPC's own round_robin and least_request: an
+// endpointsharding balancer keeps one pick_first child per endpoint, and
+// the resolver state goes down through pickfirst.EnableHealthListener,
+// without which the children would ignore health checking. Each time a
+// child's state changes, the policy hands the READY endpoints to the lbkit
+// picker with Update, each as a Backend whose ID is the endpoint's first
+// address (so what lbkit learned about it, in-flight counts and latency,
+// carries across updates and reconnects), and publishes a gRPC picker.
+// With no endpoint READY, endpointsharding's own picker goes up instead, so
+// RPCs queue or fail as gRPC decides.
+//
+// The gRPC picker calls the lbkit Pick, then the chosen endpoint's child
+// picker for the connection. lbkit returns the very Backend it was given,
+// so finding the child is a type assertion, not a lookup. If the child
+// cannot serve the pick, the lbkit picker is told at once (Result{}) so
+// that nothing stays counted in flight.
+//
+// Done needs the time of the pick, which a per-endpoint closure built once
+// per picker cannot hold. So the picker takes a call record from a
+// sync.Pool, each record with its Done func bound once when it was made;
+// Done reports, calls the child's own Done if it had one, and returns the
+// record. gRPC calls Done at most once per pick, which makes the reuse
+// safe. When the lbkit picker learns nothing (it does not implement
+// Feedback: rr, wrr, iphash, Maglev), none of this
+// happens and the pick result is the child's own.
+//
+// gRPC does not tell a picker that a pick is a retry, so Request.Attempt
+// and Avoid stay zero: a retry of a hashed RPC goes to the same endpoint
+// if it is still READY. For a streaming RPC the latency is the stream's
+// lifetime; prefer lbkit_least_conn to lbkit_lrt for long streams.
+//
+// # Cost
+//
+// Measured with go test -bench . -count 3 ./lbpolicy/ on a shared 2-core
+// Intel Xeon VM, busy with other work, so take the times as rough
+// (BenchmarkPick: the gRPC picker's Pick and Done over four stand-in
+// children, without gRPC around it):
+//
+//	lbkit_round_robin  42–58 ns, 0 allocations
+//	lbkit_least_conn   285–340 ns, 0 allocations (two clock reads, about
+//	                   100–200 ns each on this VM, and the pooled record)
+//	lbkit_maglev+key   96–171 ns, 1 allocation (16 B: gRPC's metadata
+//	                   lookup copies the entry's values)
+//
+// A whole unary RPC over loopback (BenchmarkRPC) took 48–72 µs and 149
+// allocations with gRPC's round_robin and with lbkit_round_robin,
+// lbkit_least_conn and lbkit_lrt alike: the policy adds no allocation, and
+// its time is lost in the RPC's noise. TestPickAllocs asserts the zero
+// (one with a key).
 package lbpolicy

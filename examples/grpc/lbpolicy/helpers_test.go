@@ -64,7 +64,7 @@ func (b *backend) setFail(err error) {
 
 // startBackends starts one server per delay, named b0, b1, ..., each
 // SERVING. They stop when the test ends.
-func startBackends(t *testing.T, delays ...time.Duration) []*backend {
+func startBackends(t testing.TB, delays ...time.Duration) []*backend {
 	t.Helper()
 	bs := make([]*backend, len(delays))
 	for i, d := range delays {
@@ -145,7 +145,7 @@ func serviceConfig(policy, cfg string) string {
 // dial opens a channel to eps through a manual resolver, with the given
 // service config. It is closed when the test ends; the resolver is
 // returned for updates.
-func dial(t *testing.T, sc string, eps []resolver.Endpoint) (*grpc.ClientConn, *manual.Resolver) {
+func dial(t testing.TB, sc string, eps []resolver.Endpoint) (*grpc.ClientConn, *manual.Resolver) {
 	t.Helper()
 	r := manual.NewBuilderWithScheme("lbkit-test")
 	r.InitialState(resolver.State{Endpoints: eps})

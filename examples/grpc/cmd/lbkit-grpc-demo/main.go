@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lbkit/lbkit/examples/grpc/internal/echo"
+	"github.com/lbkit/lbkit/examples/grpc/lbpolicy"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+)
+
+// options are the command's flags, checked.
+type options struct {
+	policy      string
+	config      string // the policy's JSON config
+	key         string // metadata key the demo sets per call, if the config names one
+	delays      []time.Duration
+	weights     []int
+	rpcs        int
+	concurrency int
+	stop        int // index of the server to stop, or -1
+	notServing  int // index of the server to mark NOT_SERVING, or -1
+	timeout     time.Duration
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "lbkit-grpc-demo:", err)
+		os.Exit(2)
+	}
+	if err := run(opts, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "lbkit-grpc-demo:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (*options, error) {
+	fs := flag.NewFlagSet("lbkit-grpc-demo", flag.ContinueOnError)
+	var names []string
+	for _, b := range lbpolicy.Builders() {
+		names = append(names, b.Name())
+	}
+	policy := fs.String("policy", lbpolicy.LeastConn, "LB policy: "+strings.Join(names, ", "))
+	config := fs.String("config", "", `the policy's JSON config; default {} or, for the hash policies, {"key": "x-user"} ({"key": "x-client-ip"} for lbkit_ip_hash)`)
+	delays := fs.String("delays", "2ms,2ms,40ms", "one server per comma-separated delay")
+	weights := fs.String("weights", "", "comma-separated endpoint weights, one per server (lbkit_wrr)")
+	rpcs := fs.Int("rpcs", 600, "RPCs to send")
+	concurrency := fs.Int("concurrency", 8, "concurrent callers")
+	stop := fs.Int("stop", -1, "stop this server (0-based) a third of the way through")
+	notServing := fs.Int("not-serving", -1, "mark this server NOT_SERVING a third of the way through")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+
+	o := &options{policy: *policy, rpcs: *rpcs, concurrency: *concurrency, stop: *stop,
+		notServing: *notServing, timeout: *timeout}
+	var b *lbpolicy.Builder
+	for _, c := range lbpolicy.Builders() {
+		if c.Name() == o.policy {
+			b = c
+		}
+	}
+	if b == nil {
+		return nil, fmt.Errorf("-policy %q: want one of %s", o.policy, strings.Join(names, ", "))
+	}
+	o.config = *config
+	if o.config == "" {
+		o.config = "{}"
+		switch o.policy {
+		case lbpolicy.IPHash:
+			o.config = `{"key": "x-client-ip"}`
+		case lbpolicy.RingHash, lbpolicy.Maglev:
+			o.config = `{"key": "x-user"}`
+		}
+	}
+	cfg, err := b.ParseConfig(json.RawMessage(o.config))
+	if err != nil {
+		return nil, fmt.Errorf("-config: %w", err)
+	}
+	o.key = cfg.(*lbpolicy.Config).Key
+
+	for _, s := range strings.Split(*delays, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("-delays: %q is not a duration of 0 or more", s)
+		}
+		o.delays = append(o.delays, d)
+	}
+	if *weights != "" {
+		for _, s := range strings.Split(*weights, ",") {
+			w, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || w < 1 {
+				return nil, fmt.Errorf("-weights: %q is not a weight of 1 or more", s)
+			}
+			o.weights = append(o.weights, w)
+		}
+		if len(o.weights) != len(o.delays) {
+			return nil, fmt.Errorf("-weights: %d weights for %d servers", len(o.weights), len(o.delays))
+		}
+	}
+	switch {
+	case o.rpcs < 1 || o.rpcs > 1_000_000:
+		return nil, fmt.Errorf("-rpcs %d: want 1 to 1000000", o.rpcs)
+	case o.concurrency < 1 || o.concurrency > 1000:
+		return nil, fmt.Errorf("-concurrency %d: want 1 to 1000", o.concurrency)
+	case o.stop < -1 || o.stop >= len(o.delays):
+		return nil, fmt.Errorf("-stop %d: want a server from 0 to %d", o.stop, len(o.delays)-1)
+	case o.notServing < -1 || o.notServing >= len(o.delays):
+		return nil, fmt.Errorf("-not-serving %d: want a server from 0 to %d", o.notServing, len(o.delays)-1)
+	case o.timeout <= 0:
+		return nil, fmt.Errorf("-timeout %v: want more than 0", o.timeout)
+	}
+	return o, nil
+}
+
+// server is one stand-in backend.
+type server struct {
+	name   string
+	addr   string
+	grpc   *grpc.Server
+	health *health.Server
+	served atomic.Int64
+	done   chan struct{}
+}
+
+func startServer(name string, delay time.Duration) (*server, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &server{name: name, addr: lis.Addr().String(), grpc: grpc.NewServer(), health: health.NewServer(), done: make(chan struct{})}
+	echo.Register(s.grpc, func(ctx context.Context, _ string) (string, error) {
+		s.served.Add(1)
+		select {
+		case <-time.After(delay):
+			return s.name, nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	go func() {
+		defer close(s.done)
+		_ = s.grpc.Serve(lis)
+	}()
+	return s, nil
+}
+
+func (s *server) stop() {
+	s.grpc.Stop()
+	<-s.done
+}
+
+// dial is the part to copy: register the policies (once, before the first
+// dial), and name one in the service config. With a real service, the
+// target is "dns:///my-service.example:50051" (each address an endpoint)
+// and no manual resolver is needed; weights then come from a resolver of
+// your own that calls lbpolicy.SetWeight.
+func dial(r *manual.Resolver, policy, config string) (*grpc.ClientConn, error) {
+	serviceConfig := fmt.Sprintf(`{
+		"loadBalancingConfig": [{%q: %s}],
+		"healthCheckConfig": {"serviceName": ""},
+		"methodConfig": [{
+			"name": [{"service": "lbkit.example.Echo"}],
+			"waitForReady": true,
+			"retryPolicy": {
+				"maxAttempts": 4,
+				"initialBackoff": "0.01s",
+				"maxBackoff": "0.2s",
+				"backoffMultiplier": 2,
+				"retryableStatusCodes": ["UNAVAILABLE"]
+			}
+		}]
+	}`, policy, config)
+	return grpc.NewClient(r.Scheme()+":///demo",
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(serviceConfig),
+	)
+}
+
+func run(o *options, out io.Writer) error {
+	lbpolicy.Register()
+	if balancer.Get(o.policy) == nil {
+		return fmt.Errorf("policy %q is not registered", o.policy)
+	}
+
+	servers := make([]*server, 0, len(o.delays))
+	defer func() {
+		for _, s := range servers {
+			s.stop()
+		}
+	}()
+	eps := make([]resolver.Endpoint, len(o.delays))
+	for i, d := range o.delays {
+		s, err := startServer(fmt.Sprintf("s%d", i), d)
+		if err != nil {
+			return err
+		}
+		servers = append(servers, s)
+		eps[i] = resolver.Endpoint{Addresses: []resolver.Address{{Addr: s.addr}}}
+		if o.weights != nil {
+			eps[i] = lbpolicy.SetWeight(eps[i], o.weights[i])
+		}
+	}
+
+	r := manual.NewBuilderWithScheme("demo")
+	r.InitialState(resolver.State{Endpoints: eps})
+	cc, err := dial(r, o.policy, o.config)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	var (
+		next, finished, failed atomic.Int64
+		firstErr               atomic.Pointer[error]
+		disturb                sync.Once
+		wg                     sync.WaitGroup
+	)
+	start := time.Now()
+	for range o.concurrency {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(o.rpcs) || ctx.Err() != nil {
+					return
+				}
+				callCtx := ctx
+				if o.key != "" {
+					v := fmt.Sprintf("user-%d", i%100)
+					if o.policy == lbpolicy.IPHash {
+						v = fmt.Sprintf("192.0.2.%d", i%100)
+					}
+					callCtx = metadata.AppendToOutgoingContext(ctx, o.key, v)
+				}
+				if _, err := echo.Call(callCtx, cc, "hi"); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
+				}
+				if finished.Add(1) >= int64(o.rpcs/3) {
+					disturb.Do(func() {
+						if o.stop >= 0 {
+							fmt.Fprintf(out, "stopping %s after %d RPCs\n", servers[o.stop].name, finished.Load())
+							servers[o.stop].grpc.Stop()
+						}
+						if o.notServing >= 0 {
+							fmt.Fprintf(out, "marking %s NOT_SERVING after %d RPCs\n", servers[o.notServing].name, finished.Load())
+							servers[o.notServing].health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+						}
+					})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	fmt.Fprintf(out, "policy %s %s: %d RPCs in %v, %d failed\n", o.policy, o.config, finished.Load(), elapsed.Round(time.Millisecond), failed.Load())
+	total := int64(0)
+	for _, s := range servers {
+		total += s.served.Load()
+	}
+	for i, s := range servers {
+		fmt.Fprintf(out, "  %s  delay %-6v share %5.1f%%  (%d RPCs)\n", s.name, o.delays[i], 100*float64(s.served.Load())/float64(max(total, 1)), s.served.Load())
+	}
+	if e := firstErr.Load(); e != nil {
+		fmt.Fprintf(out, "first error: %v\n", *e)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("ran out of time after %v (-timeout)", o.timeout)
+	}
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("%d of %d RPCs failed", n, o.rpcs)
+	}
+	return nil
+}
