@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"time"
+
 	"github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/consistent"
 	"github.com/lbkit/lbkit/iphash"
@@ -14,11 +16,21 @@ import (
 type Algorithm struct {
 	// Name is short and stable: it names sub-benchmarks and table rows.
 	Name string
-	// New returns a fresh picker with an empty set.
+	// New returns a fresh picker with an empty set, with the algorithm's
+	// own defaults for randomness and time: what a service would use.
 	New func() balancer.Balancer
+	// Sim returns a fresh picker with an empty set whose randomness and
+	// clock are the caller's, for simulations in virtual time (package
+	// bench/sim): rand feeds the algorithm's random choices and now is the
+	// clock it reads, if it reads one. Algorithms without randomness or
+	// time (the hash pickers) ignore them. A nil rand or now keeps the
+	// algorithm's default, so Sim(nil, nil) is what New returns.
+	Sim func(rand func() uint64, now func() time.Time) balancer.Balancer
 	// Weighted is true when the algorithm is only worth measuring with
 	// unequal weights (wrr: with equal weights it is rr). The benchmark then
-	// draws weights from 1 to 100 from a fixed seed.
+	// draws weights from 1 to 100 from a fixed seed, and the simulator gives
+	// it the scenario's weights (the others see equal weights, as in the
+	// study lbkit grew out of).
 	Weighted bool
 }
 
@@ -27,14 +39,42 @@ type Algorithm struct {
 // (c = 1.25) and lrt's naive mode, which herds.
 func Algorithms() []Algorithm {
 	return []Algorithm{
-		{Name: "rr", New: func() balancer.Balancer { return rr.New() }},
-		{Name: "wrr", New: func() balancer.Balancer { return wrr.New() }, Weighted: true},
-		{Name: "leastconn", New: func() balancer.Balancer { return leastconn.New() }},
-		{Name: "iphash", New: func() balancer.Balancer { return iphash.New() }},
-		{Name: "ring", New: func() balancer.Balancer { return consistent.NewRing() }},
-		{Name: "ring-bounded", New: func() balancer.Balancer { return consistent.NewRing(consistent.WithBoundedLoad(1.25)) }},
-		{Name: "maglev", New: func() balancer.Balancer { return consistent.NewMaglev() }},
-		{Name: "lrt", New: func() balancer.Balancer { return lrt.New() }},
-		{Name: "lrt-naive", New: func() balancer.Balancer { return lrt.New(lrt.WithMode(lrt.Naive)) }},
+		algorithm("rr", false, func(r func() uint64, _ func() time.Time) balancer.Balancer {
+			return rr.New(rr.WithRand(r))
+		}),
+		algorithm("wrr", true, func(r func() uint64, _ func() time.Time) balancer.Balancer {
+			return wrr.New(wrr.WithRand(r))
+		}),
+		algorithm("leastconn", false, func(r func() uint64, _ func() time.Time) balancer.Balancer {
+			return leastconn.New(leastconn.WithRand(r))
+		}),
+		algorithm("iphash", false, func(func() uint64, func() time.Time) balancer.Balancer {
+			return iphash.New()
+		}),
+		algorithm("ring", false, func(func() uint64, func() time.Time) balancer.Balancer {
+			return consistent.NewRing()
+		}),
+		algorithm("ring-bounded", false, func(func() uint64, func() time.Time) balancer.Balancer {
+			return consistent.NewRing(consistent.WithBoundedLoad(1.25))
+		}),
+		algorithm("maglev", false, func(func() uint64, func() time.Time) balancer.Balancer {
+			return consistent.NewMaglev()
+		}),
+		algorithm("lrt", false, func(r func() uint64, now func() time.Time) balancer.Balancer {
+			return lrt.New(lrt.WithRand(r), lrt.WithClock(now))
+		}),
+		algorithm("lrt-naive", false, func(r func() uint64, now func() time.Time) balancer.Balancer {
+			return lrt.New(lrt.WithMode(lrt.Naive), lrt.WithRand(r), lrt.WithClock(now))
+		}),
+	}
+}
+
+// algorithm fills New from sim: every option above ignores a nil argument.
+func algorithm(name string, weighted bool, sim func(func() uint64, func() time.Time) balancer.Balancer) Algorithm {
+	return Algorithm{
+		Name:     name,
+		New:      func() balancer.Balancer { return sim(nil, nil) },
+		Sim:      sim,
+		Weighted: weighted,
 	}
 }
