@@ -1,0 +1,179 @@
+package lbhttp_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+
+	"github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/health"
+	"github.com/lbkit/lbkit/leastconn"
+	"github.com/lbkit/lbkit/rr"
+)
+
+// The quick start: a health-checked least-connections proxy in front of
+// two backends. Compiled with the tests, not run (it serves for ever).
+func Example_quickStart() {
+	lb, err := health.New(leastconn.New(), health.Config{Probe: health.HTTP(health.HTTPCheck{Path: "/healthz"})})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := lb.Update(balancer.Endpoints("10.0.0.1:8080", "10.0.0.2:8080")); err != nil {
+		log.Fatal(err)
+	}
+	if err := lb.Start(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	defer lb.Close()
+	proxy, err := lbhttp.NewProxy(lb, lbhttp.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(http.ListenAndServe("127.0.0.1:8000", proxy))
+}
+
+// A proxy in front of a live backend and a dead one (its port refuses
+// connections): every request is answered, those picked for the dead
+// backend on their second attempt.
+func ExampleNewProxy() {
+	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "live")
+	}))
+	defer live.Close()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := l.Addr().String()
+	l.Close()
+
+	p := rr.New()
+	if err := p.Update(balancer.Endpoints(strings.TrimPrefix(live.URL, "http://"), dead)); err != nil {
+		log.Fatal(err)
+	}
+	proxy, err := lbhttp.NewProxy(p, lbhttp.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+
+	answers := map[string]int{}
+	for range 6 {
+		resp, err := http.Get(front.URL)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answers[fmt.Sprint(resp.StatusCode, " ", string(body))]++
+	}
+	fmt.Println(answers)
+	// Output:
+	// map[200 live:6]
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// An empty set answers 503 with a message saying so.
+func ExampleErrorHandler() {
+	proxy, err := lbhttp.NewProxy(rr.New(), lbhttp.Config{ErrorLog: discard})
+	if err != nil {
+		log.Fatal(err)
+	}
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+	resp, err := http.Get(front.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Printf("%d %s", resp.StatusCode, body)
+	// Output:
+	// 503 no backend available
+}
+
+// A Transport as an http.Client's: the client names the service, the
+// Transport picks the replica.
+func ExampleTransport() {
+	replica := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s for %s", r.Method, r.URL.Path, r.Host)
+	}))
+	defer replica.Close()
+	p := rr.New()
+	if err := p.Update(balancer.Endpoints(strings.TrimPrefix(replica.URL, "http://"))); err != nil {
+		log.Fatal(err)
+	}
+	t, err := lbhttp.NewTransport(p, lbhttp.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.CloseIdleConnections()
+	client := &http.Client{Transport: t}
+	resp, err := client.Get("http://api.internal/users/42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(string(body))
+	// Output:
+	// GET /users/42 for api.internal
+}
+
+// ClientIP believes X-Forwarded-For only from trusted proxies, and then
+// takes the rightmost address that is not one of them.
+func ExampleClientIP() {
+	key := lbhttp.ClientIP(netip.MustParsePrefix("10.0.0.0/8"))
+	for _, r := range []*http.Request{
+		{RemoteAddr: "192.0.2.7:51000"},
+		{RemoteAddr: "192.0.2.7:51000", Header: http.Header{"X-Forwarded-For": {"198.51.100.1"}}},
+		{RemoteAddr: "10.1.1.1:40000", Header: http.Header{"X-Forwarded-For": {"203.0.113.66, 198.51.100.1, 10.2.2.2"}}},
+		{RemoteAddr: "[2001:db8::1]:443"},
+	} {
+		fmt.Printf("%-18s %-40q -> %s\n", r.RemoteAddr, r.Header.Get("X-Forwarded-For"), key(r))
+	}
+	// Output:
+	// 192.0.2.7:51000    ""                                       -> 192.0.2.7
+	// 192.0.2.7:51000    "198.51.100.1"                           -> 192.0.2.7
+	// 10.1.1.1:40000     "203.0.113.66, 198.51.100.1, 10.2.2.2"   -> 198.51.100.1
+	// [2001:db8::1]:443  ""                                       -> 2001:db8::1
+}
+
+// staticResolver stands in for DNS.
+type staticResolver []string
+
+func (s staticResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, a := range s {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out, nil
+}
+
+// A Refresher keeps a picker's set equal to what a name resolves to. In a
+// service, leave Resolver nil (net.DefaultResolver), call Refresh once to
+// fail fast, then Start.
+func ExampleRefresher() {
+	p := rr.New()
+	r, err := lbhttp.NewRefresher(p, lbhttp.RefresherConfig{
+		Host:     "api.internal",
+		Port:     8080,
+		Resolver: staticResolver{"10.0.0.2", "10.0.0.1", "2001:db8::1"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := r.Refresh(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(r.Addrs())
+	// Output:
+	// [10.0.0.1:8080 10.0.0.2:8080 [2001:db8::1]:8080]
+}

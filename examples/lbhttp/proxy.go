@@ -1,0 +1,105 @@
+package lbhttp
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+
+	"github.com/lbkit/lbkit/balancer"
+)
+
+// NewProxy returns an httputil.ReverseProxy that sends each request to a
+// backend picked by p, through a Transport built from cfg:
+//
+//   - Rewrite (not the deprecated Director) computes the affinity key from
+//     the incoming request with cfg.Key (default: ClientIP of
+//     cfg.TrustedProxies) and passes it to the Transport in the request
+//     context; it sets X-Forwarded-For, -Host and -Proto, forwarding the
+//     earlier X-Forwarded-For hops only when the peer is a trusted proxy;
+//     and it sets the outgoing Host header to the backend's address, as
+//     ProxyRequest.SetURL does.
+//   - Transport is NewTransport(p, cfg): picks, retries, and Done when the
+//     body has been copied to the client.
+//   - ErrorHandler is ErrorHandler(cfg.ErrorLog): 503 when there is no
+//     backend, 504 on a timeout, 502 otherwise.
+//
+// Change the returned proxy's fields as you would any ReverseProxy's. To do
+// more in Rewrite, wrap it:
+//
+//	rw := proxy.Rewrite
+//	proxy.Rewrite = func(pr *httputil.ProxyRequest) {
+//		rw(pr)
+//		pr.Out.Host = pr.In.Host // keep the client's Host header
+//	}
+//
+// NewProxy returns NewTransport's errors.
+func NewProxy(p balancer.Picker, cfg Config) (*httputil.ReverseProxy, error) {
+	key := cfg.Key
+	if key == nil {
+		key = ClientIP(cfg.TrustedProxies...)
+	}
+	scheme := cfg.Scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	trusted := trustListOf(cfg.TrustedProxies)
+	tcfg := cfg
+	tcfg.Key = nil // the key travels in the context
+	t, err := NewTransport(p, tcfg)
+	if err != nil {
+		return nil, err
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = scheme
+			pr.Out.URL.Host = "" // the Transport sets the backend's
+			pr.Out.Host = ""     // Host header: the backend's address
+			if len(trusted) > 0 {
+				if _, peer, ok := parseHop(pr.In.RemoteAddr); ok && trusted.contains(peer) {
+					if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+						pr.Out.Header["X-Forwarded-For"] = append([]string(nil), prior...)
+					}
+				}
+			}
+			pr.SetXForwarded()
+			pr.Out = pr.Out.WithContext(WithKey(pr.Out.Context(), key(pr.In)))
+		},
+		Transport:    t,
+		ErrorHandler: ErrorHandler(cfg.ErrorLog),
+	}, nil
+}
+
+// ErrorHandler returns a ReverseProxy.ErrorHandler that answers with a
+// status saying what went wrong instead of ReverseProxy's blanket 502:
+//
+//   - 503 Service Unavailable, "no backend available", when the picker
+//     had no backend (balancer.ErrNoBackend: an empty set), rather than
+//     the "unsupported protocol scheme" a request without a host gets;
+//   - 504 Gateway Timeout when the request's deadline passed;
+//   - 502 Bad Gateway for any other failure, such as every attempt's
+//     connection being refused.
+//
+// Each failure is logged on log (nil: slog.Default()), at Warn, or at
+// Debug when the client itself went away (context.Canceled).
+func ErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		l := log
+		if l == nil {
+			l = slog.Default()
+		}
+		status, msg := http.StatusBadGateway, "bad gateway"
+		level := slog.LevelWarn
+		switch {
+		case errors.Is(err, balancer.ErrNoBackend):
+			status, msg = http.StatusServiceUnavailable, "no backend available"
+		case errors.Is(err, context.DeadlineExceeded):
+			status, msg = http.StatusGatewayTimeout, "backend timed out"
+		case errors.Is(err, context.Canceled):
+			level = slog.LevelDebug
+		}
+		l.Log(r.Context(), level, "lbhttp: proxy error", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		http.Error(w, msg, status)
+	}
+}

@@ -1,0 +1,645 @@
+package lbhttp_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/examples/lbhttp"
+)
+
+// fakeBody is a response body whose reads the test controls.
+type fakeBody struct {
+	r      io.Reader
+	err    error // returned instead of io.EOF when r is drained, if set
+	closed atomic.Bool
+}
+
+func (b *fakeBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF && b.err != nil {
+		err = b.err
+	}
+	return n, err
+}
+
+func (b *fakeBody) Close() error { b.closed.Store(true); return nil }
+
+// fixedBase answers every request with status and body text.
+func fixedBase(status int, body string) roundTripFunc {
+	return func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: status, Body: &fakeBody{r: strings.NewReader(body)}, Request: r}, nil
+	}
+}
+
+func newTestTransport(t *testing.T, p balancer.Picker, cfg lbhttp.Config) *lbhttp.Transport {
+	t.Helper()
+	tr, err := lbhttp.NewTransport(p, cfg)
+	require.NoError(t, err)
+	return tr
+}
+
+func get(t *testing.T, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	return req
+}
+
+// TestDoneWhenBodyEnds checks that Done comes when the body ends, not when
+// the headers arrive, exactly once, with what the end tells.
+func TestDoneWhenBodyEnds(t *testing.T) {
+	bodyErr := errors.New("connection reset mid-body")
+	tests := []struct {
+		name     string
+		status   int
+		bodyErr  error
+		classify func(*http.Response) error
+		finish   func(io.ReadCloser) // what the caller does with the body
+		check    func(*testing.T, balancer.Result)
+	}{
+		{
+			name: "read to EOF", status: 200,
+			finish: func(b io.ReadCloser) { _, _ = io.ReadAll(b); _ = b.Close() },
+			check: func(t *testing.T, r balancer.Result) {
+				assert.NoError(t, r.Err)
+				assert.True(t, r.Sample(), "a full body is a latency sample: %+v", r)
+			},
+		},
+		{
+			name: "closed before EOF", status: 200,
+			finish: func(b io.ReadCloser) { _, _ = b.Read(make([]byte, 2)); _ = b.Close() },
+			check: func(t *testing.T, r balancer.Result) {
+				assert.True(t, r.Abandoned(), "%+v", r)
+				assert.False(t, r.Sample())
+			},
+		},
+		{
+			name: "5xx read to EOF", status: 503,
+			finish: func(b io.ReadCloser) { _, _ = io.ReadAll(b); _ = b.Close() },
+			check: func(t *testing.T, r balancer.Result) {
+				var se *lbhttp.StatusError
+				require.ErrorAs(t, r.Err, &se)
+				assert.Equal(t, 503, se.Code)
+				assert.False(t, r.Abandoned())
+			},
+		},
+		{
+			name: "5xx closed unread", status: 500,
+			finish: func(b io.ReadCloser) { _ = b.Close() },
+			check: func(t *testing.T, r balancer.Result) {
+				var se *lbhttp.StatusError
+				require.ErrorAs(t, r.Err, &se, "the status already told: still a failure")
+			},
+		},
+		{
+			name: "4xx is a success", status: 404,
+			finish: func(b io.ReadCloser) { _, _ = io.ReadAll(b); _ = b.Close() },
+			check:  func(t *testing.T, r balancer.Result) { assert.NoError(t, r.Err) },
+		},
+		{
+			name: "custom classifier", status: 429,
+			classify: func(r *http.Response) error {
+				if r.StatusCode == http.StatusTooManyRequests {
+					return errors.New("overloaded")
+				}
+				return nil
+			},
+			finish: func(b io.ReadCloser) { _, _ = io.ReadAll(b); _ = b.Close() },
+			check:  func(t *testing.T, r balancer.Result) { assert.EqualError(t, r.Err, "overloaded") },
+		},
+		{
+			name: "body breaks off", status: 200, bodyErr: bodyErr,
+			finish: func(b io.ReadCloser) { _, _ = io.ReadAll(b); _ = b.Close() },
+			check: func(t *testing.T, r balancer.Result) {
+				assert.ErrorIs(t, r.Err, bodyErr)
+				assert.False(t, r.Abandoned())
+			},
+		},
+		{
+			name: "body cancelled", status: 200, bodyErr: context.Canceled,
+			finish: func(b io.ReadCloser) { _, _ = io.ReadAll(b); _ = b.Close() },
+			check:  func(t *testing.T, r balancer.Result) { assert.True(t, r.Abandoned(), "%+v", r) },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := newRecorder(&scripted{})
+			require.NoError(t, rec.Update(balancer.Endpoints("10.0.0.1:80")))
+			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: tt.status, Body: &fakeBody{r: strings.NewReader("hello"), err: tt.bodyErr}}, nil
+			})
+			tr := newTestTransport(t, rec, lbhttp.Config{Base: base, Classify: tt.classify})
+			resp, err := tr.RoundTrip(get(t, "http://svc/x"))
+			require.NoError(t, err)
+			picks, _ := rec.snapshot()
+			require.Len(t, picks, 1)
+			assert.Zero(t, picks[0].dones.Load(), "Done before the body was read")
+			tt.finish(resp.Body)
+			_ = resp.Body.Close() // a second Close must not report again
+			_, _ = resp.Body.Read(make([]byte, 1))
+			rec.waitDone(t)
+			tt.check(t, picks[0].result())
+		})
+	}
+}
+
+// errRefused is what a dial to a closed port returns.
+func errRefused() error {
+	return &net.OpError{Op: "dial", Net: "tcp", Err: &net.OpError{Op: "connect", Err: syscall.ECONNREFUSED}}
+}
+
+// TestRetryRules checks when a failed attempt is sent again, and that each
+// attempt that is sent carries the whole body.
+func TestRetryRules(t *testing.T) {
+	errReset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	type bodyKind int
+	const (
+		noBody bodyKind = iota
+		replayable
+		oneShot // a server request body: no GetBody
+	)
+	tests := []struct {
+		name     string
+		method   string
+		body     bodyKind
+		header   string // an Idempotency-Key header if set
+		err      error
+		attempts int // how many attempts the request gets (MaxAttempts 3)
+	}{
+		{"GET refused", "GET", noBody, "", errRefused(), 3},
+		{"GET reset after send", "GET", noBody, "", errReset, 3},
+		{"POST refused, one-shot body", "POST", oneShot, "", errRefused(), 3},
+		{"POST refused, replayable body", "POST", replayable, "", errRefused(), 3},
+		{"POST reset after send", "POST", replayable, "", errReset, 1},
+		{"POST reset, no body", "POST", noBody, "", errReset, 1},
+		{"PATCH reset", "PATCH", replayable, "", errReset, 1},
+		{"POST reset, Idempotency-Key", "POST", replayable, "Idempotency-Key", errReset, 3},
+		{"PUT reset, replayable body", "PUT", replayable, "", errReset, 3},
+		{"PUT reset, one-shot body", "PUT", oneShot, "", errReset, 1},
+		{"DELETE reset", "DELETE", noBody, "", errReset, 3},
+		{"GET timeout", "GET", noBody, "", context.DeadlineExceeded, 3},
+	}
+	const payload = "the request body"
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := newRecorder(&scripted{})
+			require.NoError(t, rec.Update(balancer.Endpoints("a:1", "b:1", "c:1", "d:1")))
+			var bodies []string
+			var hosts []string
+			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				hosts = append(hosts, r.URL.Host)
+				if r.Body != nil {
+					if errors.Is(tt.err, syscall.ECONNREFUSED) {
+						// A refused dial reads nothing; it closes the body.
+						_ = r.Body.Close()
+					} else {
+						b, err := io.ReadAll(r.Body)
+						require.NoError(t, err)
+						bodies = append(bodies, string(b))
+						_ = r.Body.Close()
+					}
+				}
+				return nil, tt.err
+			})
+			tr := newTestTransport(t, rec, lbhttp.Config{Base: base})
+			var req *http.Request
+			var err error
+			switch tt.body {
+			case noBody:
+				req, err = http.NewRequest(tt.method, "http://svc/", nil)
+			case replayable:
+				req, err = http.NewRequest(tt.method, "http://svc/", strings.NewReader(payload))
+			case oneShot:
+				req, err = http.NewRequest(tt.method, "http://svc/", io.NopCloser(strings.NewReader(payload)))
+				require.Nil(t, req.GetBody)
+			}
+			require.NoError(t, err)
+			if tt.header != "" {
+				req.Header.Set(tt.header, "k-1")
+			}
+			resp, err := tr.RoundTrip(req)
+			require.Nil(t, resp)
+			require.ErrorIs(t, err, tt.err, "the client sees the last attempt's error")
+			assert.Len(t, hosts, tt.attempts, "attempts: %v", hosts)
+			for i := 1; i < len(hosts); i++ {
+				assert.NotEqual(t, hosts[i-1], hosts[i], "a retry goes to another backend")
+			}
+			for _, b := range bodies {
+				assert.Equal(t, payload, b, "every attempt sent the whole body")
+			}
+			_, reqs := rec.snapshot()
+			for i, r := range reqs {
+				assert.Equal(t, i, r.Attempt)
+				if i > 0 {
+					assert.Equal(t, hosts[i-1], r.Avoid, "a retry avoids the backend that failed")
+				}
+			}
+			rec.waitDone(t)
+			picks, _ := rec.snapshot()
+			for _, p := range picks {
+				assert.ErrorIs(t, p.result().Err, tt.err)
+			}
+		})
+	}
+}
+
+// TestRetryOneShotBodyAfterRead checks that a body the base transport
+// started reading is never sent twice, even when the error says refused.
+func TestRetryOneShotBodyAfterRead(t *testing.T) {
+	rec := newRecorder(&scripted{})
+	require.NoError(t, rec.Update(balancer.Endpoints("a:1", "b:1")))
+	calls := 0
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		calls++
+		_, _ = r.Body.Read(make([]byte, 3))
+		return nil, errRefused()
+	})
+	tr := newTestTransport(t, rec, lbhttp.Config{Base: base})
+	req, err := http.NewRequest("POST", "http://svc/", io.NopCloser(strings.NewReader("payload")))
+	require.NoError(t, err)
+	_, err = tr.RoundTrip(req)
+	require.Error(t, err)
+	assert.Equal(t, 1, calls)
+	rec.waitDone(t)
+}
+
+// closeCounter counts Close calls on a request body.
+type closeCounter struct {
+	io.Reader
+	closes atomic.Int32
+}
+
+func (c *closeCounter) Close() error { c.closes.Add(1); return nil }
+
+// TestRequestBodyClosed checks the RoundTripper contract: the request body
+// is closed exactly once, whether it was sent, retried, or never sent.
+func TestRequestBodyClosed(t *testing.T) {
+	tests := []struct {
+		name  string
+		empty bool // the picker has no backend
+		base  roundTripFunc
+	}{
+		{"no backend", true, nil},
+		{"refused then answered", false, func() roundTripFunc {
+			n := 0
+			return func(r *http.Request) (*http.Response, error) {
+				n++
+				if n == 1 {
+					_ = r.Body.Close()
+					return nil, errRefused()
+				}
+				_, _ = io.ReadAll(r.Body)
+				_ = r.Body.Close()
+				return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
+			}
+		}()},
+		{"refused everywhere", false, func(r *http.Request) (*http.Response, error) {
+			_ = r.Body.Close()
+			return nil, errRefused()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &scripted{}
+			if !tt.empty {
+				require.NoError(t, p.Update(balancer.Endpoints("a:1", "b:1")))
+			}
+			tr := newTestTransport(t, p, lbhttp.Config{Base: tt.base})
+			body := &closeCounter{Reader: strings.NewReader("x")}
+			req, err := http.NewRequest("POST", "http://svc/", body)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			assert.EqualValues(t, 1, body.closes.Load())
+		})
+	}
+}
+
+// TestEmptySet checks that an empty set is reported as ErrNoBackend, not
+// as a request without a host.
+func TestEmptySet(t *testing.T) {
+	rec := newRecorder(&scripted{})
+	tr := newTestTransport(t, rec, lbhttp.Config{Base: fixedBase(200, "never")})
+	_, err := tr.RoundTrip(get(t, "http://svc/"))
+	require.ErrorIs(t, err, balancer.ErrNoBackend)
+	assert.Equal(t, "lbhttp: balancer: no backend available", err.Error())
+}
+
+// TestCancelStopsRetries checks that a request whose context is cancelled
+// is not tried again, and that its attempt is reported abandoned.
+func TestCancelStopsRetries(t *testing.T) {
+	rec := newRecorder(&scripted{})
+	require.NoError(t, rec.Update(balancer.Endpoints("a:1", "b:1", "c:1")))
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		calls++
+		cancel()
+		return nil, errors.New("net/http: request canceled")
+	})
+	tr := newTestTransport(t, rec, lbhttp.Config{Base: base})
+	_, err := tr.RoundTrip(get(t, "http://svc/").WithContext(ctx))
+	require.Error(t, err)
+	assert.Equal(t, 1, calls)
+	rec.waitDone(t)
+	picks, _ := rec.snapshot()
+	assert.True(t, picks[0].result().Abandoned())
+}
+
+// TestRequestUntouched checks that RoundTrip leaves the caller's request as
+// it was, and sends to the backend with the request's path and Host.
+func TestRequestUntouched(t *testing.T) {
+	p := &scripted{}
+	require.NoError(t, p.Update(balancer.Endpoints("10.0.0.9:8080")))
+	var sent *http.Request
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent = r
+		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
+	})
+	tr := newTestTransport(t, p, lbhttp.Config{Base: base})
+	req := get(t, "http://svc.internal/a/b?c=d")
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, "svc.internal", req.URL.Host)
+	assert.Equal(t, "http://10.0.0.9:8080/a/b?c=d", sent.URL.String())
+	assert.Equal(t, "svc.internal", sent.Host)
+}
+
+// keyPicker records the keys it is asked for.
+type keyPicker struct {
+	scripted
+	keys []string
+}
+
+func (k *keyPicker) Pick(req balancer.Request) (balancer.Backend, error) {
+	k.keys = append(k.keys, req.Key)
+	return k.scripted.Pick(req)
+}
+
+func TestKeyReachesPicker(t *testing.T) {
+	p := &keyPicker{}
+	require.NoError(t, p.Update(balancer.Endpoints("a:1")))
+	tr := newTestTransport(t, p, lbhttp.Config{Base: fixedBase(200, ""), Key: lbhttp.Header("X-User")})
+
+	req := get(t, "http://svc/")
+	req.Header.Set("X-User", "alice")
+	_, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+
+	req = get(t, "http://svc/")
+	req.Header.Set("X-User", "alice")
+	_, err = tr.RoundTrip(req.WithContext(lbhttp.WithKey(req.Context(), "from-context")))
+	require.NoError(t, err)
+
+	assert.Equal(t, []string{"alice", "from-context"}, p.keys, "the context's key wins over Config.Key")
+}
+
+// TestUpgrade checks that a 101 response's body stays writable, as
+// ReverseProxy needs for WebSocket, and that its Done carries no latency.
+func TestUpgrade(t *testing.T) {
+	rec := newRecorder(&scripted{})
+	require.NoError(t, rec.Update(balancer.Endpoints("a:1")))
+	conn := &rwc{}
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusSwitchingProtocols, Body: conn}, nil
+	})
+	tr := newTestTransport(t, rec, lbhttp.Config{Base: base})
+	resp, err := tr.RoundTrip(get(t, "http://svc/ws"))
+	require.NoError(t, err)
+	w, ok := resp.Body.(io.ReadWriteCloser)
+	require.True(t, ok, "101 body must be an io.ReadWriteCloser")
+	_, err = w.Write([]byte("ping"))
+	require.NoError(t, err)
+	assert.Equal(t, "ping", conn.buf.String())
+	require.NoError(t, w.Close())
+	rec.waitDone(t)
+	picks, _ := rec.snapshot()
+	assert.Equal(t, balancer.Result{}, picks[0].result())
+}
+
+type rwc struct{ buf bytes.Buffer }
+
+func (c *rwc) Read(p []byte) (int, error)  { return 0, io.EOF }
+func (c *rwc) Write(p []byte) (int, error) { return c.buf.Write(p) }
+func (c *rwc) Close() error                { return nil }
+
+func TestNewTransportErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		p    balancer.Picker
+		cfg  lbhttp.Config
+		want string
+	}{
+		{"nil picker", nil, lbhttp.Config{}, "lbhttp: nil picker"},
+		{"negative attempts", &scripted{}, lbhttp.Config{MaxAttempts: -1}, "lbhttp: MaxAttempts -1 is negative"},
+		{"bad scheme", &scripted{}, lbhttp.Config{Scheme: "ftp"}, `lbhttp: Scheme "ftp" is neither http nor https`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := lbhttp.NewTransport(tt.p, tt.cfg)
+			assert.Nil(t, tr)
+			assert.EqualError(t, err, tt.want)
+		})
+	}
+}
+
+// TestRefusedOnLoopback runs the retry against real sockets: the first
+// backend's port is closed, so its connection is refused, and the request,
+// a POST with a one-shot body, reaches the second backend whole.
+func TestRefusedOnLoopback(t *testing.T) {
+	var got atomic.Value
+	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store(string(b))
+		_, _ = io.WriteString(w, "live")
+	}))
+	defer live.Close()
+	rec := newRecorder(&scripted{})
+	dead := refusedAddr(t)
+	require.NoError(t, rec.Update(balancer.Endpoints(dead, hostOf(live))))
+	base := lbhttp.NewBase()
+	defer base.CloseIdleConnections()
+	tr := newTestTransport(t, rec, lbhttp.Config{Base: base})
+
+	req, err := http.NewRequest("POST", "http://svc/", io.NopCloser(strings.NewReader("order #1")))
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, "live", string(b))
+	assert.Equal(t, "order #1", got.Load())
+
+	rec.waitDone(t)
+	picks, _ := rec.snapshot()
+	require.Len(t, picks, 2)
+	assert.Equal(t, dead, picks[0].ID())
+	assert.ErrorIs(t, picks[0].result().Err, syscall.ECONNREFUSED, "health's passive check looks for this")
+	assert.NoError(t, picks[1].result().Err)
+}
+
+// TestNoRetryAfterSend runs the other half against real sockets: a backend
+// that reads the request and drops the connection without answering. A
+// POST is not sent again (it may have taken effect); a GET is.
+func TestNoRetryAfterSend(t *testing.T) {
+	var dropped atomic.Int32
+	drop := dropServer(t, &dropped)
+	var served atomic.Int32
+	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		served.Add(1)
+	}))
+	defer live.Close()
+
+	for _, method := range []string{"POST", "GET"} {
+		t.Run(method, func(t *testing.T) {
+			dropped.Store(0)
+			served.Store(0)
+			rec := newRecorder(&scripted{})
+			require.NoError(t, rec.Update(balancer.Endpoints(hostOf(drop), hostOf(live))))
+			base := lbhttp.NewBase()
+			defer base.CloseIdleConnections()
+			tr := newTestTransport(t, rec, lbhttp.Config{Base: base})
+			var body io.Reader
+			if method == "POST" {
+				body = strings.NewReader("charge the card")
+			}
+			req, err := http.NewRequest(method, "http://svc/", body)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			if method == "POST" {
+				require.Error(t, err)
+				assert.EqualValues(t, 1, dropped.Load())
+				assert.Zero(t, served.Load(), "a POST that reached a backend must not be sent again")
+			} else {
+				require.NoError(t, err)
+				_ = resp.Body.Close()
+				// http.Transport itself may retry a GET once on a dropped
+				// connection before returning; either way it ends on live.
+				assert.GreaterOrEqual(t, dropped.Load(), int32(1))
+				assert.EqualValues(t, 1, served.Load())
+			}
+			rec.waitDone(t)
+		})
+	}
+}
+
+// dropServer returns a server that reads each request, counts it in n,
+// and drops the connection without answering.
+func dropServer(t *testing.T, n *atomic.Int32) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		n.Add(1)
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestTimeoutIsFailure checks that a backend slower than the request's
+// deadline is reported as a failure with a latency (not abandoned), and the
+// client gets the deadline error without waiting for the backend.
+func TestTimeoutIsFailure(t *testing.T) {
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer slow.Close()
+	defer close(release)
+	rec := newRecorder(&scripted{})
+	require.NoError(t, rec.Update(balancer.Endpoints(hostOf(slow))))
+	base := lbhttp.NewBase()
+	defer base.CloseIdleConnections()
+	tr := newTestTransport(t, rec, lbhttp.Config{Base: base})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := tr.RoundTrip(get(t, "http://svc/").WithContext(ctx))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	rec.waitDone(t)
+	picks, _ := rec.snapshot()
+	require.Len(t, picks, 1, "the deadline has passed: no retry")
+	r := picks[0].result()
+	assert.ErrorIs(t, r.Err, context.DeadlineExceeded)
+	assert.False(t, r.Abandoned())
+	assert.Positive(t, r.Latency)
+}
+
+// cannedRequest returns a function sending one GET through a Transport
+// over a base that answers at once without allocating, and reading the
+// body to its end: what remains is the Transport's own cost.
+func cannedRequest(tb testing.TB) func() {
+	p := &scripted{}
+	require.NoError(tb, p.Update(balancer.Endpoints("10.0.0.1:80")))
+	resp := &http.Response{StatusCode: 200}
+	body := &fakeBody{}
+	rd := strings.NewReader("")
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		rd.Reset("hello")
+		body.r = rd
+		resp.Body = body
+		return resp, nil
+	})
+	tr, err := lbhttp.NewTransport(p, lbhttp.Config{Base: base})
+	require.NoError(tb, err)
+	req, err := http.NewRequest("GET", "http://svc/", nil)
+	require.NoError(tb, err)
+	buf := make([]byte, 16)
+	return func() {
+		r, err := tr.RoundTrip(req)
+		if err != nil {
+			panic(err)
+		}
+		for {
+			if _, err := r.Body.Read(buf); err != nil {
+				break
+			}
+		}
+		_ = r.Body.Close()
+	}
+}
+
+// TestAllocs measures what the Transport adds to a request: one allocation
+// (the attempt: request copy, URL, body wrapper).
+func TestAllocs(t *testing.T) {
+	assert.Equal(t, 1.0, testing.AllocsPerRun(1000, cannedRequest(t)))
+}
+
+// BenchmarkRoundTrip is the Transport's own cost per request.
+func BenchmarkRoundTrip(b *testing.B) {
+	do := cannedRequest(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		do()
+	}
+}
+
+// readLine is used by tests that stream.
+func readLine(r *bufio.Reader) (string, error) {
+	s, err := r.ReadString('\n')
+	return strings.TrimSuffix(s, "\n"), err
+}

@@ -1,0 +1,29 @@
+// Command proxy is a load-balancing HTTP reverse proxy built from lbkit's
+// pieces, to run as is or to copy: any algorithm of bench.Algorithms(),
+// health checks (active probes of a path, passive ejection of failing
+// backends), the lbhttp Transport (Done when the response body ends, a
+// refused connection retried on another backend), client-IP or
+// header/cookie affinity keys, and a static or DNS-resolved backend list.
+//
+//	go run ./examples/proxy -backends 127.0.0.1:9001,127.0.0.1:9002=3 -algo wrr
+//	go run ./examples/proxy -dns api.internal:8080 -algo leastconn -health-path /healthz
+//	go run ./examples/proxy -backends ... -algo ring -key cookie:session
+//
+// Flags:
+//
+//	-listen addr            where to serve (default 127.0.0.1:8080)
+//	-backends list          host:port[=weight],... a static set
+//	-dns host:port          resolve host every -dns-interval instead (default 30s)
+//	-algo name              rr, wrr, leastconn, iphash, ring, ring-bounded, maglev, lrt, lrt-naive
+//	-key kind               affinity key: ip, header:NAME or cookie:NAME (default ip)
+//	-trusted-proxies list   CIDRs or addresses whose X-Forwarded-For is believed
+//	-health-path path       probe GET path on every backend ("" = no active checks)
+//	-health-interval d      time between probes (default 5s)
+//	-max-attempts n         backends tried per request (default 3)
+//
+// A bad flag prints what is wrong on stderr and exits with status 2. The
+// proxy stops on SIGINT or SIGTERM, letting requests in flight finish for
+// up to 10 seconds.
+//
+// Everything but flag parsing is in run, which tests call directly.
+package main
