@@ -200,6 +200,12 @@ type attempt struct {
 // When Pick fails on the first attempt, the error wraps it (so
 // errors.Is(err, balancer.ErrNoBackend) reports an empty set).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, errors.New("lbhttp: nil Request.URL")
+	}
 	ctx := req.Context()
 	key, ok := KeyFrom(ctx)
 	if !ok && t.key != nil {
@@ -246,6 +252,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		a.req.URL = &a.url
 		switch {
 		case held != nil:
+			// A retry only follows an attempt that never read the body
+			// and whose Close came back synchronously with its error:
+			// the hold starts afresh.
+			held.state.Store(heldOpen)
 			a.req.Body = held
 			held.sent = true
 		case hasBody && n > 0:

@@ -643,3 +643,13 @@ func readLine(r *bufio.Reader) (string, error) {
 	s, err := r.ReadString('\n')
 	return strings.TrimSuffix(s, "\n"), err
 }
+
+func TestNilURL(t *testing.T) {
+	p := &scripted{}
+	require.NoError(t, p.Update(balancer.Endpoints("a:1")))
+	tr := newTestTransport(t, p, lbhttp.Config{Base: fixedBase(200, "")})
+	body := &closeCounter{Reader: strings.NewReader("x")}
+	_, err := tr.RoundTrip(&http.Request{Method: "POST", Body: body})
+	assert.EqualError(t, err, "lbhttp: nil Request.URL")
+	assert.EqualValues(t, 1, body.closes.Load())
+}
