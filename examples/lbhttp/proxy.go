@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 
@@ -77,7 +78,9 @@ func NewProxy(p balancer.Picker, cfg Config) (*httputil.ReverseProxy, error) {
 //   - 503 Service Unavailable, "no backend available", when the picker
 //     had no backend (balancer.ErrNoBackend: an empty set), rather than
 //     the "unsupported protocol scheme" a request without a host gets;
-//   - 504 Gateway Timeout when the request's deadline passed;
+//   - 504 Gateway Timeout when the request's deadline passed or the base
+//     transport timed out (a net.Error whose Timeout is true, such as
+//     http.Transport's ResponseHeaderTimeout);
 //   - 502 Bad Gateway for any other failure, such as every attempt's
 //     connection being refused.
 //
@@ -94,7 +97,7 @@ func ErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request, err
 		switch {
 		case errors.Is(err, balancer.ErrNoBackend):
 			status, msg = http.StatusServiceUnavailable, "no backend available"
-		case errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
 			status, msg = http.StatusGatewayTimeout, "backend timed out"
 		case errors.Is(err, context.Canceled):
 			level = slog.LevelDebug
@@ -102,4 +105,10 @@ func ErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request, err
 		l.Log(r.Context(), level, "lbhttp: proxy error", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 		http.Error(w, msg, status)
 	}
+}
+
+// isTimeout reports whether err is a net.Error that timed out.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -26,7 +26,8 @@ const DefaultMaxAttempts = 3
 // requests in flight to a backend closes every connection beyond the
 // second as soon as its response is read, and opens a new one for the
 // next request, paying a TCP handshake per request and leaving a socket
-// in TIME_WAIT each time, until the proxy runs out of local ports.
+// in TIME_WAIT each time; under sustained load those can use up the
+// proxy's local ports.
 const DefaultMaxIdleConnsPerHost = 256
 
 // Config configures a Transport and NewProxy. The zero value is ready to

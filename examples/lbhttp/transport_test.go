@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -653,3 +655,32 @@ func TestNilURL(t *testing.T) {
 	assert.EqualError(t, err, "lbhttp: nil Request.URL")
 	assert.EqualValues(t, 1, body.closes.Load())
 }
+
+// TestErrorHandlerStatus checks the status each kind of failure gets.
+func TestErrorHandlerStatus(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"no backend", fmt.Errorf("lbhttp: %w", balancer.ErrNoBackend), http.StatusServiceUnavailable},
+		{"deadline", context.DeadlineExceeded, http.StatusGatewayTimeout},
+		{"net timeout", &net.OpError{Op: "read", Err: timeoutErr{}}, http.StatusGatewayTimeout},
+		{"refused", errRefused(), http.StatusBadGateway},
+		{"client gone", context.Canceled, http.StatusBadGateway},
+	}
+	h := lbhttp.ErrorHandler(slog.New(slog.DiscardHandler))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			h(w, httptest.NewRequest("GET", "/", nil), tt.err)
+			assert.Equal(t, tt.want, w.Code)
+		})
+	}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
