@@ -123,18 +123,8 @@ func TestServe(t *testing.T) {
 	require.NoError(t, err)
 
 	var logs syncBuffer
-	ctx, cancel := context.WithCancel(t.Context())
-	listening := make(chan string, 1)
-	served := make(chan error, 1)
-	go func() { served <- serve(ctx, c, slog.New(slog.NewTextHandler(&logs, nil)), listening) }()
-	var addr string
-	select {
-	case addr = <-listening:
-	case err := <-served:
-		t.Fatalf("serve returned early: %v", err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("not listening after 5s")
-	}
+	addr, stop := startServe(t, c, slog.New(slog.NewTextHandler(&logs, nil)))
+	defer stop()
 
 	// Wait (bounded) for the sick backend to be taken out by its probes.
 	deadline := time.Now().Add(5 * time.Second)
@@ -153,13 +143,33 @@ func TestServe(t *testing.T) {
 		_ = resp.Body.Close()
 		assert.Equal(t, "healthy", string(body))
 	}
+}
 
-	cancel()
+// startServe runs serve(c) until the returned stop is called; stop checks
+// that serve returns, without error, within 15 seconds.
+func startServe(t *testing.T, c config, log *slog.Logger) (addr string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	listening := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, c, log, listening) }()
 	select {
+	case addr = <-listening:
 	case err := <-served:
-		assert.NoError(t, err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not return after its context ended")
+		cancel()
+		t.Fatalf("serve returned early: %v", err)
+	case <-time.After(5 * time.Second):
+		cancel()
+		t.Fatal("not listening after 5s")
+	}
+	return addr, func() {
+		cancel()
+		select {
+		case err := <-served:
+			assert.NoError(t, err)
+		case <-time.After(15 * time.Second):
+			t.Error("serve did not return after its context ended")
+		}
 	}
 }
 
@@ -195,4 +205,26 @@ func TestMainExitStatus(t *testing.T) {
 	require.ErrorAs(t, err, &exit)
 	assert.Equal(t, exitUsage, exit.ExitCode())
 	assert.Contains(t, stderr.String(), `proxy: -algo: unknown algorithm "nope"`)
+}
+
+// TestServeDNS runs the proxy with -dns on "localhost", which the system
+// resolver answers from the hosts file: the backend set comes from the
+// resolver, and requests reach the backend. (Where localhost also resolves
+// to ::1, on which nothing listens, that address is refused, retried and
+// ejected: the requests still succeed.)
+func TestServeDNS(t *testing.T) {
+	b := backendServer(t, "resolved", true)
+	_, port, _ := strings.Cut(hostOf(b), ":")
+	c, err := parse([]string{"-listen", "127.0.0.1:0", "-dns", "localhost:" + port, "-dns-interval", "1s"}, io.Discard)
+	require.NoError(t, err)
+
+	addr, stop := startServe(t, c, slog.New(slog.DiscardHandler))
+	defer stop()
+	for range 5 {
+		resp, err := http.Get("http://" + addr + "/")
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		assert.Equal(t, "resolved", string(body))
+	}
 }
