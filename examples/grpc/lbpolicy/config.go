@@ -10,17 +10,15 @@ import (
 	"google.golang.org/grpc/serviceconfig"
 )
 
-// DefaultFailureCodes are the status codes counted as a failure of the
-// backend when Config.FailureCodes is empty: the ones Envoy maps to a 5xx
-// for its outlier detection, less UNIMPLEMENTED (a deployment mistake, not
-// a sick server). Every other code, OK included, means the backend
-// answered; CANCELLED means the caller gave up (see Config).
-var DefaultFailureCodes = []codes.Code{
-	codes.Unknown,
-	codes.DeadlineExceeded,
-	codes.Internal,
-	codes.Unavailable,
-	codes.DataLoss,
+// DefaultFailureCodes returns the status codes counted as a failure of the
+// backend when Config.FailureCodes is empty: UNKNOWN, DEADLINE_EXCEEDED,
+// INTERNAL, UNAVAILABLE and DATA_LOSS, the ones Envoy maps to a 5xx for its
+// outlier detection, less UNIMPLEMENTED (a deployment mistake, not a sick
+// server). Every other code, OK included, means the backend answered;
+// CANCELLED means the caller gave up (see Config). The slice is new on
+// every call.
+func DefaultFailureCodes() []codes.Code {
+	return []codes.Code{codes.Unknown, codes.DeadlineExceeded, codes.Internal, codes.Unavailable, codes.DataLoss}
 }
 
 // Config is the policy's entry in a service config's loadBalancingConfig:
@@ -54,7 +52,7 @@ type Config struct {
 
 	// FailureCodes lists the status codes counted as a failure of the
 	// backend, by name ("UNAVAILABLE") or number. Empty means
-	// DefaultFailureCodes. OK and CANCELLED cannot be listed.
+	// DefaultFailureCodes(). OK and CANCELLED cannot be listed.
 	FailureCodes []codes.Code `json:"failureCodes,omitempty"`
 
 	// BoundedLoad, for lbkit_ring_hash only, caps each backend's RPCs in
@@ -100,7 +98,7 @@ func (b *Builder) check(cfg *Config) error {
 	}
 	fc := cfg.FailureCodes
 	if len(fc) == 0 {
-		fc = DefaultFailureCodes
+		fc = DefaultFailureCodes()
 	}
 	cfg.failures = 0
 	for _, c := range fc {
