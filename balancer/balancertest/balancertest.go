@@ -1,11 +1,17 @@
 package balancertest
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
 	"runtime/debug"
-	"sync"
+	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lbkit/lbkit/balancer"
 )
@@ -23,9 +29,14 @@ var checks = []check{
 	{"InSet", checkInSet},
 	{"Removed", checkRemoved},
 	{"InvalidUpdate", checkInvalidUpdate},
-	{"NoRetain", checkNoRetain},
+	{"Slice", checkSlice},
 	{"Avoid", checkAvoid},
+	{"Attempt", checkAttempt},
 	{"DoneUnknown", checkDoneUnknown},
+	{"Abandoned", checkAbandoned},
+	{"WeightsOnce", checkWeightsOnce},
+	{"NeverBlocks", checkNeverBlocks},
+	{"Serialised", checkSerialised},
 	{"Allocs", checkAllocs},
 	{"Concurrent", checkConcurrent},
 }
@@ -60,16 +71,25 @@ func Run(t *testing.T, newBalancer func() balancer.Balancer) {
 	}
 }
 
-func runCheck(c check, newBalancer func() balancer.Balancer) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-		}
-		if err != nil {
-			err = fmt.Errorf("%s: %w", c.name, err)
-		}
-	}()
-	return c.run(newBalancer)
+// checkTimeout bounds one check. The slowest takes well under a second on a
+// loaded machine under -race; a check still running after this is stuck
+// in the picker (an endless loop, a deadlock), and is reported as such
+// rather than left to hang the test binary.
+const checkTimeout = time.Minute
+
+// runCheck runs one check in a goroutine of its own, so that a panic in
+// it or a picker that never returns fails the check and not the binary.
+func runCheck(c check, newBalancer func() balancer.Balancer) error {
+	var err error
+	select {
+	case err = <-goErr(func() error { return c.run(newBalancer) }):
+	case <-time.After(checkTimeout):
+		err = fmt.Errorf("did not finish in %v: a Pick, Done or Update never returned (an endless loop or a deadlock?)", checkTimeout)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.name, err)
+	}
+	return nil
 }
 
 // backends returns n endpoints named by prefix, with weights cycling 1..4 if
@@ -110,11 +130,14 @@ func keys(n int) []string {
 	return ks
 }
 
-// ids returns the IDs of bs as a set.
-func ids(bs []balancer.Backend) map[string]bool {
-	m := make(map[string]bool, len(bs))
-	for _, b := range bs {
-		m[b.ID()] = true
+// members maps the IDs of bs to the very Backend values, so that a pick can
+// be checked to be one of them and not a copy with the same ID.
+func members(bs ...[]balancer.Backend) map[string]balancer.Backend {
+	m := map[string]balancer.Backend{}
+	for _, set := range bs {
+		for _, b := range set {
+			m[b.ID()] = b
+		}
 	}
 	return m
 }
@@ -132,23 +155,49 @@ type nopFeedback struct{}
 // Done does nothing.
 func (nopFeedback) Done(balancer.Backend, balancer.Result) {}
 
-// pickIn makes n picks with varied keys and attempts, calling Done after each
-// unless keep is set (then the picked backends are returned, in flight), and
-// fails on the first pick that errs or falls outside want.
-func pickIn(b balancer.Balancer, want map[string]bool, n int, keep bool) ([]balancer.Backend, error) {
+// member checks one pick against the set it must come from.
+func member(got balancer.Backend, err error, want map[string]balancer.Backend) error {
+	if err != nil {
+		return fmt.Errorf("unexpected error: %w", err)
+	}
+	if got == nil {
+		return errors.New("nil backend with nil error")
+	}
+	id := got.ID()
+	w, ok := want[id]
+	if !ok {
+		return fmt.Errorf("got %q, which is not in the current set", id)
+	}
+	if got != w {
+		return fmt.Errorf("got a %T with ID %q that is not the Backend value given to Update: Pick must return the caller's own values, not copies or wrappers", got, id)
+	}
+	return nil
+}
+
+// pickIn makes n picks with varied keys, attempts and (if retries) Avoid,
+// calling Done after each unless keep is set (then the picked backends are
+// returned, in flight), and fails on the first pick that errs or falls
+// outside want.
+func pickIn(b balancer.Balancer, want map[string]balancer.Backend, n int, keep, retries bool) ([]balancer.Backend, error) {
 	fb := feedback(b)
-	ks := keys(n)
+	var avoid []string
+	if retries {
+		for id := range want {
+			avoid = append(avoid, id)
+		}
+		slices.Sort(avoid)
+		avoid = append(avoid, "removed-or-unknown.test:1")
+	}
 	var held []balancer.Backend
 	for i := range n {
-		got, err := b.Pick(balancer.Request{Key: ks[i], Attempt: i % 3})
-		if err != nil {
-			return held, fmt.Errorf("pick %d (key %q): unexpected error: %w", i, ks[i], err)
+		req := balancer.Request{Key: key(i), Attempt: i % 3}
+		if retries {
+			req.Attempt = 1 + i%4
+			req.Avoid = avoid[i%len(avoid)]
 		}
-		if got == nil {
-			return held, fmt.Errorf("pick %d (key %q): nil backend with nil error", i, ks[i])
-		}
-		if !want[got.ID()] {
-			return held, fmt.Errorf("pick %d (key %q): got %q, which is not in the current set", i, ks[i], got.ID())
+		got, err := b.Pick(req)
+		if err := member(got, err, want); err != nil {
+			return held, fmt.Errorf("pick %d %+v: %w", i, req, err)
 		}
 		if keep {
 			held = append(held, got)
@@ -169,7 +218,10 @@ func update(b balancer.Balancer, bs []balancer.Backend) error {
 func wantNoBackend(b balancer.Balancer, when string) error {
 	for i, req := range []balancer.Request{{}, {Key: key(0)}, {Key: key(1), Attempt: 2, Avoid: "x"}} {
 		got, err := b.Pick(req)
-		if !errors.Is(err, balancer.ErrNoBackend) {
+		if err != balancer.ErrNoBackend { //nolint:errorlint // the contract: the sentinel itself
+			if errors.Is(err, balancer.ErrNoBackend) {
+				return fmt.Errorf("%s: pick %d: got %q, a wrapped copy of ErrNoBackend: return balancer.ErrNoBackend itself, which costs no allocation", when, i, err)
+			}
 			return fmt.Errorf("%s: pick %d: got (%v, %v), want ErrNoBackend", when, i, got, err)
 		}
 		if got != nil {
@@ -179,7 +231,8 @@ func wantNoBackend(b balancer.Balancer, when string) error {
 	return nil
 }
 
-// checkEmpty: a new Balancer, and one given an empty set, answer ErrNoBackend.
+// checkEmpty: a new Balancer, and one given an empty set, answer
+// ErrNoBackend itself.
 func checkEmpty(newBalancer func() balancer.Balancer) error {
 	b := newBalancer()
 	if err := wantNoBackend(b, "before any Update"); err != nil {
@@ -200,23 +253,30 @@ func checkEmpty(newBalancer func() balancer.Balancer) error {
 	return wantNoBackend(b, "after emptying a set of 3")
 }
 
-// checkInSet: every pick is in the current set, for sizes and weights.
+// sizes are the set sizes the kit tries where size matters.
+var sizes = []int{1, 2, 3, 5, 8, 16, 33, 64}
+
+// checkInSet: every pick is one of the Backend values of the current set,
+// for sizes and weights, first tries and retries.
 func checkInSet(newBalancer func() balancer.Balancer) error {
-	for _, n := range []int{1, 2, 3, 5, 8, 64} {
+	for _, n := range sizes {
 		for _, weighted := range []bool{false, true} {
 			b := newBalancer()
 			bs := backends("s", n, weighted)
 			if err := update(b, bs); err != nil {
 				return err
 			}
-			want := ids(bs)
+			want := members(bs)
 			// Some requests stay in flight while others finish, as in a proxy.
-			held, err := pickIn(b, want, 200, true)
+			held, err := pickIn(b, want, 200, true, false)
 			if err != nil {
 				return fmt.Errorf("n=%d weighted=%v: %w", n, weighted, err)
 			}
-			if _, err := pickIn(b, want, 1000, false); err != nil {
+			if _, err := pickIn(b, want, 500, false, false); err != nil {
 				return fmt.Errorf("n=%d weighted=%v: %w", n, weighted, err)
+			}
+			if _, err := pickIn(b, want, 300, false, true); err != nil {
+				return fmt.Errorf("n=%d weighted=%v, retries: %w", n, weighted, err)
 			}
 			fb := feedback(b)
 			for _, h := range held {
@@ -227,8 +287,14 @@ func checkInSet(newBalancer func() balancer.Balancer) error {
 	return nil
 }
 
-// checkRemoved: once Update returns, a removed backend is never picked, even
-// with requests to it still in flight.
+// removedPicks is how many picks checkRemoved makes after removals, first
+// tries and retries together: enough that a picker returning a removed
+// backend once in 10,000 picks is caught in 19 runs out of 20
+// (1 − (1 − 10⁻⁴)³⁰⁰⁰⁰ ≈ 0.95).
+const removedPicks = 30000
+
+// checkRemoved: once Update returns, a removed backend is never picked, on
+// a first try or a retry, even with requests to it still in flight.
 func checkRemoved(newBalancer func() balancer.Balancer) error {
 	b := newBalancer()
 	fb := feedback(b)
@@ -236,7 +302,7 @@ func checkRemoved(newBalancer func() balancer.Balancer) error {
 	if err := update(b, a); err != nil {
 		return err
 	}
-	held, err := pickIn(b, ids(a), 100, true)
+	held, err := pickIn(b, members(a), 100, true, false)
 	if err != nil {
 		return fmt.Errorf("set A: %w", err)
 	}
@@ -246,21 +312,27 @@ func checkRemoved(newBalancer func() balancer.Balancer) error {
 	steps := []struct {
 		name string
 		set  []balancer.Backend
-	}{{"B (half of A removed)", bSet}, {"C (disjoint)", cSet}, {"A again", a}, {"one of A", a[7:]}}
+	}{{"B (half of A removed)", bSet}, {"C (disjoint)", cSet}, {"A again", a}, {"one of A", a[7:]}, {"B again", bSet}}
+	per := removedPicks / (2 * (len(steps) + 1))
 	for i, st := range steps {
 		if err := update(b, st.set); err != nil {
 			return err
 		}
-		if _, err := pickIn(b, ids(st.set), 1000, false); err != nil {
-			return fmt.Errorf("after Update to %s: %w", st.name, err)
+		want := members(st.set)
+		for _, retries := range []bool{false, true} {
+			if _, err := pickIn(b, want, per, false, retries); err != nil {
+				return fmt.Errorf("after Update to %s: %w", st.name, err)
+			}
 		}
 		if i == 0 {
 			// Requests picked from A finish now, some on removed backends.
 			for _, h := range held {
 				fb.Done(h, balancer.Result{Latency: 1e6})
 			}
-			if _, err := pickIn(b, ids(st.set), 1000, false); err != nil {
-				return fmt.Errorf("after Done for A's requests: %w", err)
+			for _, retries := range []bool{false, true} {
+				if _, err := pickIn(b, want, per, false, retries); err != nil {
+					return fmt.Errorf("after Done for A's requests: %w", err)
+				}
 			}
 		}
 	}
@@ -293,7 +365,7 @@ func checkInvalidUpdate(newBalancer func() balancer.Balancer) error {
 	if err := update(b, good); err != nil {
 		return err
 	}
-	want := ids(good)
+	want := members(good)
 	for _, c := range cases {
 		err := b.Update(c.set)
 		if err == nil {
@@ -302,49 +374,67 @@ func checkInvalidUpdate(newBalancer func() balancer.Balancer) error {
 		if !errors.Is(err, c.want) {
 			return fmt.Errorf("%s: Update returned %q, want an error wrapping %v", c.name, err, c.want)
 		}
-		if _, err := pickIn(b, want, 200, false); err != nil {
+		if _, err := pickIn(b, want, 200, false, false); err != nil {
 			return fmt.Errorf("after the refused %s update, the previous set must stay: %w", c.name, err)
 		}
 	}
 	return nil
 }
 
-// checkNoRetain: Update copies the caller's slice.
-func checkNoRetain(newBalancer func() balancer.Balancer) error {
-	b := newBalancer()
-	bs := backends("r", 6, false)
-	want := ids(bs)
-	if err := update(b, bs); err != nil {
-		return err
-	}
-	for i := range bs {
-		bs[i] = balancer.NewEndpoint(fmt.Sprintf("intruder-%d.test:1", i), 1)
-	}
-	if _, err := pickIn(b, want, 500, false); err != nil {
-		return fmt.Errorf("after the caller overwrote the slice it passed to Update: %w", err)
+// checkSlice: Update neither modifies the caller's slice (no sorting or
+// filtering in place) nor keeps it, at every size.
+func checkSlice(newBalancer func() balancer.Balancer) error {
+	for _, n := range sizes {
+		b := newBalancer()
+		bs := backends("r", n, true)
+		// A shuffled order, so that a picker sorting in place would move
+		// something.
+		r := rand.New(rand.NewPCG(uint64(n), 7))
+		r.Shuffle(len(bs), func(i, j int) { bs[i], bs[j] = bs[j], bs[i] })
+		before := slices.Clone(bs)
+		want := members(bs)
+		if err := update(b, bs); err != nil {
+			return err
+		}
+		for i := range bs {
+			if bs[i] != before[i] {
+				return fmt.Errorf("n=%d: Update changed the caller's slice at %d (%q, was %q): it must work on a copy", n, i, bs[i].ID(), before[i].ID())
+			}
+		}
+		for i := range bs {
+			bs[i] = balancer.NewEndpoint(fmt.Sprintf("intruder-%d.test:1", i), 1)
+		}
+		if _, err := pickIn(b, want, 300, false, n > 1); err != nil {
+			return fmt.Errorf("n=%d: after the caller overwrote the slice it passed to Update: %w", n, err)
+		}
 	}
 	return nil
 }
 
 // checkAvoid: a retry that names a backend to avoid gets another one, when
-// there is another one.
+// there is another one, at every size and attempt.
 func checkAvoid(newBalancer func() balancer.Balancer) error {
-	ks := keys(100)
-	for _, n := range []int{2, 3, 8} {
+	ks := keys(40)
+	attempts := []int{0, 1, 2, 3, 7}
+	for _, n := range sizes[1:] {
 		b := newBalancer()
 		fb := feedback(b)
 		bs := backends("v", n, true)
 		if err := update(b, bs); err != nil {
 			return err
 		}
-		for _, avoid := range bs {
+		want := members(bs)
+		// Every backend of small sets; eight spread over larger ones.
+		step := max(1, n/8)
+		for a := 0; a < n; a += step {
+			avoid := bs[a].ID()
 			for i, k := range ks {
-				req := balancer.Request{Key: k, Attempt: i % 2, Avoid: avoid.ID()}
+				req := balancer.Request{Key: k, Attempt: attempts[i%len(attempts)], Avoid: avoid}
 				got, err := b.Pick(req)
-				if err != nil {
+				if err := member(got, err, want); err != nil {
 					return fmt.Errorf("n=%d: %+v: %w", n, req, err)
 				}
-				if got.ID() == avoid.ID() {
+				if got.ID() == avoid {
 					return fmt.Errorf("n=%d: %+v: got the backend to avoid", n, req)
 				}
 				fb.Done(got, balancer.Result{Latency: 1e6})
@@ -356,15 +446,59 @@ func checkAvoid(newBalancer func() balancer.Balancer) error {
 	if err := update(b, one); err != nil {
 		return err
 	}
-	got, err := b.Pick(balancer.Request{Key: key(0), Avoid: one[0].ID()})
-	if err != nil || got == nil || got.ID() != one[0].ID() {
-		return fmt.Errorf("set of one, avoiding it: got (%v, %v), want the only backend", got, err)
+	for _, attempt := range attempts {
+		got, err := b.Pick(balancer.Request{Key: key(0), Attempt: attempt, Avoid: one[0].ID()})
+		if err != nil || got != one[0] {
+			return fmt.Errorf("set of one, avoiding it at attempt %d: got (%v, %v), want the only backend", attempt, got, err)
+		}
+		feedback(b).Done(got, balancer.Result{Latency: 1e6})
 	}
 	return nil
 }
 
-// checkDoneUnknown: Done for nil, unknown or removed backends, with or
-// without an error, is harmless.
+// checkAttempt: Attempt may be any int, negative or huge, without a panic
+// or a pick outside the set.
+func checkAttempt(newBalancer func() balancer.Balancer) error {
+	attempts := []int{-1, -2, -1000, math.MinInt, math.MinInt + 1, 1 << 20, 1 << 40, math.MaxInt - 1, math.MaxInt}
+	for _, n := range []int{1, 2, 3, 8, 64} {
+		b := newBalancer()
+		fb := feedback(b)
+		bs := backends("t", n, true)
+		if err := update(b, bs); err != nil {
+			return err
+		}
+		want := members(bs)
+		for i, attempt := range attempts {
+			for _, avoid := range []string{"", bs[i%n].ID()} {
+				req := balancer.Request{Key: key(i), Attempt: attempt, Avoid: avoid}
+				got, err := b.Pick(req)
+				if err := member(got, err, want); err != nil {
+					return fmt.Errorf("n=%d: %+v: %w", n, req, err)
+				}
+				if n > 1 && got.ID() == avoid {
+					return fmt.Errorf("n=%d: %+v: got the backend to avoid", n, req)
+				}
+				fb.Done(got, balancer.Result{Latency: 1e6})
+			}
+		}
+	}
+	return nil
+}
+
+// results are the shapes of Result a caller passes to Done (see
+// balancer.Result): success, failure, slow, timeout, abandoned, unmeasured.
+var results = []balancer.Result{
+	{Latency: 1e6},
+	{Latency: 2e5, Err: errors.New("balancertest: simulated failure")},
+	{Latency: 5e9},
+	{Latency: 1e9, Err: context.DeadlineExceeded},
+	{Err: balancer.ErrAbandoned},
+	{Latency: 3e6, Err: fmt.Errorf("balancertest: client went away: %w", context.Canceled)},
+	{},
+}
+
+// checkDoneUnknown: Done for nil, a nil pointer, unknown or removed
+// backends, with every shape of result, is harmless.
 func checkDoneUnknown(newBalancer func() balancer.Balancer) error {
 	b := newBalancer()
 	fb := feedback(b)
@@ -377,112 +511,425 @@ func checkDoneUnknown(newBalancer func() balancer.Balancer) error {
 		return err
 	}
 	stranger := balancer.NewEndpoint("stranger.test:1", 1)
-	fail := errors.New("balancertest: simulated failure")
 	for i := range 1000 {
-		fb.Done(nil, balancer.Result{})
-		fb.Done(stranger, balancer.Result{Latency: 1e6, Err: fail})
-		fb.Done(old[i%len(old)], balancer.Result{Latency: 1e6})
-		fb.Done(stranger, balancer.Result{Latency: 1e3})
+		r := results[i%len(results)]
+		fb.Done(nil, r)
+		fb.Done(nilEndpoint, r)
+		fb.Done(stranger, r)
+		fb.Done(old[i%len(old)], r)
 	}
-	if _, err := pickIn(b, ids(cur), 1000, false); err != nil {
+	if _, err := pickIn(b, members(cur), 1000, false, false); err != nil {
 		return fmt.Errorf("after Done for nil, unknown and removed backends: %w", err)
 	}
 	return nil
 }
 
-// checkAllocs: Pick and Done allocate nothing, in every request shape.
-func checkAllocs(newBalancer func() balancer.Balancer) error {
-	b := newBalancer()
-	fb := feedback(b)
-	bs := backends("m", 16, true)
-	if err := update(b, bs); err != nil {
+// checkAbandoned: a Result that carries no measurement (abandoned, or
+// zero) teaches nothing: a backend whose every request is abandoned or
+// unmeasured must not look fast and draw the traffic of four.
+//
+// A first run, with every request measured, finds the backend the picker
+// favours least (a hash picker's share is uneven by design); a second run
+// makes the same requests of a fresh picker and abandons every request to
+// that backend. Its share may grow to twice a fair share, or twice its
+// first share, no more.
+func checkAbandoned(newBalancer func() balancer.Balancer) error {
+	const n, picks = 4, 2000
+	bs := backends("ab", n, false)
+	want := members(bs)
+	run := func(quiet balancer.Backend) (map[balancer.Backend]int, error) {
+		b := newBalancer()
+		fb := feedback(b)
+		if err := update(b, bs); err != nil {
+			return nil, err
+		}
+		unmeasured := []balancer.Result{{Err: balancer.ErrAbandoned}, {}, {Err: context.Canceled}}
+		count := map[balancer.Backend]int{}
+		for i := range picks {
+			p, err := b.Pick(balancer.Request{Key: key(i)})
+			if err := member(p, err, want); err != nil {
+				return nil, fmt.Errorf("pick %d: %w", i, err)
+			}
+			count[p]++
+			if p == quiet {
+				fb.Done(p, unmeasured[count[p]%len(unmeasured)])
+			} else {
+				fb.Done(p, balancer.Result{Latency: 20e6})
+			}
+		}
+		return count, nil
+	}
+	first, err := run(nil)
+	if err != nil {
 		return err
 	}
-	ks := keys(64)
-	fail := errors.New("balancertest: simulated failure")
-	shapes := []struct {
-		name string
-		req  func(i int) balancer.Request
-		res  balancer.Result
-	}{
-		{"empty request", func(int) balancer.Request { return balancer.Request{} }, balancer.Result{Latency: 1e6}},
-		{"keyed", func(i int) balancer.Request { return balancer.Request{Key: ks[i%len(ks)]} }, balancer.Result{Latency: 2e6}},
-		{"retry", func(i int) balancer.Request {
-			return balancer.Request{Key: ks[i%len(ks)], Attempt: 1 + i%2, Avoid: bs[i%len(bs)].ID()}
-		}, balancer.Result{Latency: 3e6}},
-		{"failed", func(i int) balancer.Request { return balancer.Request{Key: ks[i%len(ks)]} }, balancer.Result{Latency: 1e5, Err: fail}},
-	}
-	for _, sh := range shapes {
-		var perr error
-		i := 0
-		allocs := testing.AllocsPerRun(1000, func() {
-			got, err := b.Pick(sh.req(i))
-			i++
-			if err != nil {
-				perr = err
-				return
-			}
-			fb.Done(got, sh.res)
-		})
-		if perr != nil {
-			return fmt.Errorf("%s: %w", sh.name, perr)
+	quiet := bs[0]
+	for _, b := range bs {
+		if first[b] < first[quiet] {
+			quiet = b
 		}
-		if allocs != 0 {
-			return fmt.Errorf("%s: Pick+Done allocated %.2f times per call, want 0", sh.name, allocs)
+	}
+	second, err := run(quiet)
+	if err != nil {
+		return err
+	}
+	if got, limit := second[quiet], max(2*picks/n, 2*first[quiet]); got > limit {
+		return fmt.Errorf("a backend whose requests were all abandoned or unmeasured got %d of %d picks, against %d when they were measured: abandoned and zero Results must not count as fast answers", got, picks, first[quiet])
+	}
+	return nil
+}
+
+// fickle is a Backend whose weight is valid on its first call and then
+// changes, as a weight another goroutine rewrites might.
+type fickle struct {
+	id    string
+	later int
+	calls atomic.Int64
+}
+
+func (f *fickle) ID() string { return f.id }
+
+// Weight returns 2, then f.later.
+func (f *fickle) Weight() int {
+	if f.calls.Add(1) == 1 {
+		return 2
+	}
+	return f.later
+}
+
+// weightBudget is the most an Update of a few backends may allocate, in
+// bytes, whatever a fickle weight says afterwards.
+const weightBudget = 256 << 20
+
+// checkWeightsOnce: a weight is read once per Update: a Backend whose weight
+// is valid when validated and zero, negative or huge afterwards must not
+// make Update or Pick panic, divide by zero or allocate without bound.
+func checkWeightsOnce(newBalancer func() balancer.Balancer) error {
+	for _, later := range []int{0, -1, -1 << 40, 50 * balancer.MaxWeight, math.MaxInt} {
+		b := newBalancer()
+		prev := backends("wp", 3, true)
+		if err := update(b, prev); err != nil {
+			return err
+		}
+		f := &fickle{id: "fickle.test:1", later: later}
+		next := append(backends("wn", 4, true), f)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := b.Update(next)
+		runtime.ReadMemStats(&after)
+		if d := after.TotalAlloc - before.TotalAlloc; d > weightBudget {
+			return fmt.Errorf("weight 2 then %d: Update of 5 backends allocated %d MiB: read each weight once, validate it and use that value", later, d>>20)
+		}
+		want := members(next)
+		if err != nil {
+			want = members(prev) // refused: the previous set stays
+		}
+		if _, err := pickIn(b, want, 300, false, true); err != nil {
+			return fmt.Errorf("weight 2 then %d (Update returned %v): %w", later, err, err)
 		}
 	}
 	return nil
 }
 
-// checkConcurrent: Pick and Done race with Update. Run it under -race; it
-// also fails on any pick outside every set ever published.
+// gate is a Backend whose ID and Weight methods park on their n-th call,
+// counted across both, until released: a way to stop an Update half-way.
+type gate struct {
+	id      string
+	parkAt  int64
+	calls   atomic.Int64
+	parked  chan struct{} // closed when a call parks
+	release chan struct{} // closed to let it go on
+}
+
+func newGate(id string, parkAt int64) *gate {
+	return &gate{id: id, parkAt: parkAt, parked: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *gate) visit() {
+	if g.calls.Add(1) == g.parkAt {
+		close(g.parked)
+		<-g.release
+	}
+}
+
+func (g *gate) ID() string  { g.visit(); return g.id }
+func (g *gate) Weight() int { g.visit(); return 1 }
+
+// blockedFor is how long a check waits for a call that must not block
+// before it calls it blocked. It only bounds the wait for a verdict: a
+// correct picker answers in microseconds, and a slow machine can only make
+// a broken one look correct, never the reverse.
+const blockedFor = 2 * time.Second
+
+// goErr runs f in a goroutine, turning a panic into an error, and returns
+// the channel its result arrives on.
+func goErr(f func() error) <-chan error {
+	c := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				c <- fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+			}
+		}()
+		c <- f()
+	}()
+	return c
+}
+
+// parkUpdate starts Update(set) in a goroutine and waits for g to park. It
+// reports false if the Update finished first (it never made g's parkAt-th
+// call), with its error.
+func parkUpdate(b balancer.Balancer, set []balancer.Backend, g *gate) (<-chan error, bool, error) {
+	done := goErr(func() error { return b.Update(set) })
+	select {
+	case <-g.parked:
+		return done, true, nil
+	case err := <-done:
+		return nil, false, err
+	}
+}
+
+// finish releases g and waits for the Update parked on it.
+func finish(g *gate, done <-chan error) error {
+	close(g.release)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(blockedFor):
+		return errors.New("an Update did not return after its backend was released")
+	}
+}
+
+// checkNeverBlocks: Pick returns while an Update is stopped half-way, at
+// each of the calls it makes to a backend's ID or Weight.
+func checkNeverBlocks(newBalancer func() balancer.Balancer) error {
+	b := newBalancer()
+	fb := feedback(b)
+	old := backends("nb", 3, true)
+	if err := update(b, old); err != nil {
+		return err
+	}
+	for n := int64(1); n <= 16; n++ {
+		g := newGate("gate.test:1", n)
+		next := append(backends("nbn", 2, false), g)
+		done, parked, err := parkUpdate(b, next, g)
+		if !parked {
+			if err != nil {
+				return fmt.Errorf("Update of a valid set: %w", err)
+			}
+			return nil // Update makes fewer than n calls: all tried
+		}
+		var got balancer.Backend
+		pick := goErr(func() (err error) {
+			got, err = b.Pick(balancer.Request{Key: key(int(n))})
+			return err
+		})
+		select {
+		case err := <-pick:
+			if err := member(got, err, members(old, next)); err != nil {
+				_ = finish(g, done)
+				return fmt.Errorf("Pick while an Update was parked in call %d to a backend's ID or Weight: %w", n, err)
+			}
+			fb.Done(got, balancer.Result{Latency: 1e6})
+		case <-time.After(blockedFor):
+			ferr := finish(g, done)
+			<-pick
+			return fmt.Errorf("Pick blocked for %v while an Update was parked in call %d to a backend's ID or Weight (it returned once the Update went on; %v): Pick must never wait for Update", blockedFor, n, ferr)
+		}
+		if err := finish(g, done); err != nil {
+			return err
+		}
+		if err := update(b, old); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkSerialised: calls to Update are serialised, validation included:
+// an Update called while another is running waits for it, and the set in
+// place at the end is the one of the call that started, and finished,
+// last. A second Update must not overtake a first stopped half-way.
+func checkSerialised(newBalancer func() balancer.Balancer) error {
+	b := newBalancer()
+	if err := update(b, backends("s0", 3, true)); err != nil {
+		return err
+	}
+	g := newGate("first.test:1", 1)
+	first := append(backends("s1", 3, false), g)
+	second := backends("s2", 4, true)
+	done1, parked, err := parkUpdate(b, first, g)
+	if !parked {
+		return fmt.Errorf("Update of a valid set of %d never read a backend's ID or Weight (error %v)", len(first), err)
+	}
+	done2 := goErr(func() error { return b.Update(second) })
+	select {
+	case err := <-done2:
+		if ferr := finish(g, done1); ferr != nil {
+			return ferr
+		}
+		return fmt.Errorf("an Update returned (error %v) while an earlier one was still running, parked in its first call to a backend's ID: take the writers' mutex before validating, so that a slow Update that started first cannot overwrite a newer set", err)
+	case <-time.After(blockedFor / 10):
+		// Waiting, as it should.
+	}
+	if err := finish(g, done1); err != nil {
+		return fmt.Errorf("first Update: %w", err)
+	}
+	select {
+	case err := <-done2:
+		if err != nil {
+			return fmt.Errorf("second Update: %w", err)
+		}
+	case <-time.After(blockedFor):
+		return errors.New("the second Update did not return after the first finished")
+	}
+	if _, err := pickIn(b, members(second), 500, false, true); err != nil {
+		return fmt.Errorf("after two Updates, the second waiting for the first: the second's set must be in place: %w", err)
+	}
+	return nil
+}
+
+// allocRounds is how many times checkAllocs measures before it calls a
+// picker allocating: a stray allocation elsewhere in the process (the
+// runtime, another test) can spoil one round, but not every round, while
+// a picker that allocates spoils them all.
+const allocRounds = 3
+
+// checkAllocs: Pick and Done allocate nothing, in every request shape and
+// every shape of result, counted over many calls so that a picker
+// allocating on one call in two or ten does not round to zero.
+func checkAllocs(newBalancer func() balancer.Balancer) error {
+	ks := keys(64)
+	for _, n := range []int{3, 16, 64} {
+		b := newBalancer()
+		fb := feedback(b)
+		bs := backends("m", n, true)
+		if err := update(b, bs); err != nil {
+			return err
+		}
+		shapes := []struct {
+			name string
+			req  func(i int) balancer.Request
+		}{
+			{"no key", func(int) balancer.Request { return balancer.Request{} }},
+			{"key", func(i int) balancer.Request { return balancer.Request{Key: ks[i%len(ks)]} }},
+			{"avoid, attempt 0", func(i int) balancer.Request {
+				return balancer.Request{Key: ks[i%len(ks)], Avoid: bs[i%n].ID()}
+			}},
+			{"avoid, attempt 1", func(i int) balancer.Request {
+				return balancer.Request{Key: ks[i%len(ks)], Attempt: 1, Avoid: bs[i%n].ID()}
+			}},
+			{"avoid, attempt 2+", func(i int) balancer.Request {
+				return balancer.Request{Key: ks[i%len(ks)], Attempt: 2 + i%5, Avoid: bs[i%n].ID()}
+			}},
+		}
+		for _, sh := range shapes {
+			reqs := make([]balancer.Request, 2000)
+			for i := range reqs {
+				reqs[i] = sh.req(i)
+			}
+			var perr error
+			run := func() {
+				for i, req := range reqs {
+					got, err := b.Pick(req)
+					if err != nil {
+						perr = err
+						return
+					}
+					fb.Done(got, results[i%len(results)])
+				}
+			}
+			best := uint64(math.MaxUint64)
+			for range allocRounds {
+				best = min(best, countMallocs(run))
+				if perr != nil {
+					return fmt.Errorf("n=%d, %s: %w", n, sh.name, perr)
+				}
+				if best == 0 {
+					break
+				}
+			}
+			if best != 0 {
+				return fmt.Errorf("n=%d, %s: %d Pick+Done pairs allocated %d times (%.3g per pair) in the best of %d rounds, want 0",
+					n, sh.name, len(reqs), best, float64(best)/float64(len(reqs)), allocRounds)
+			}
+		}
+	}
+	return nil
+}
+
+// countMallocs returns how many heap allocations f made, counted as
+// testing.AllocsPerRun counts them (one processor, so that other goroutines
+// hardly run) but in total rather than as a rounded-down mean.
+func countMallocs(f func()) uint64 {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	f() // warm up: first calls may fill caches
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.Mallocs - before.Mallocs
+}
+
+// checkConcurrent: Pick and Done race with Updates from two goroutines. Run
+// it under -race; it also fails on any pick outside every set ever
+// published, and a panic in any goroutine fails the check rather than the
+// test binary. Each updater waits, after each Update, until the pickers
+// have picked a few times, so that every set is picked from while the
+// other updater may be replacing it.
 func checkConcurrent(newBalancer func() balancer.Balancer) error {
 	b := newBalancer()
 	fb := feedback(b)
-	sets := [][]balancer.Backend{backends("x", 5, true), backends("y", 9, false), backends("x", 3, false)}
-	union := map[string]bool{}
-	for _, s := range sets {
-		for id := range ids(s) {
-			union[id] = true
-		}
-	}
+	x := backends("x", 5, true)
+	sets := [][]balancer.Backend{x, backends("y", 9, false), x[1:4], backends("z", 17, true)}
+	union := members(sets...)
 	if err := update(b, sets[0]); err != nil {
 		return err
 	}
-	const pickers, picks, updates = 4, 3000, 60
+	const pickers, updaters, picks, updates = 4, 2, 2000, 30
 	ks := keys(256)
-	errc := make(chan error, pickers+1)
-	var wg sync.WaitGroup
+	var picked, exited, updating atomic.Int64
+	updating.Store(updaters)
+	var errs []<-chan error
 	for g := range pickers {
-		wg.Go(func() {
-			for i := range picks {
-				got, err := b.Pick(balancer.Request{Key: ks[(g*picks+i)%len(ks)], Attempt: i % 2})
-				if err != nil {
-					errc <- fmt.Errorf("picker %d, pick %d: %w", g, i, err)
-					return
+		errs = append(errs, goErr(func() error {
+			defer exited.Add(1)
+			for i := 0; i < picks || updating.Load() > 0; i++ {
+				req := balancer.Request{Key: ks[(g*picks+i)%len(ks)], Attempt: i % 3}
+				if i%5 == 0 {
+					req.Avoid = sets[i%len(sets)][0].ID()
 				}
-				if !union[got.ID()] {
-					errc <- fmt.Errorf("picker %d, pick %d: got %q, never in any set", g, i, got.ID())
-					return
+				got, err := b.Pick(req)
+				if err := member(got, err, union); err != nil {
+					return fmt.Errorf("picker %d, pick %d: %w", g, i, err)
 				}
-				fb.Done(got, balancer.Result{Latency: 1e6})
+				fb.Done(got, results[i%len(results)])
+				picked.Add(1)
 			}
-		})
+			return nil
+		}))
 	}
-	wg.Go(func() {
-		for i := range updates {
-			if err := b.Update(sets[i%len(sets)]); err != nil {
-				errc <- fmt.Errorf("update %d: %w", i, err)
-				return
+	for u := range updaters {
+		errs = append(errs, goErr(func() error {
+			defer updating.Add(-1)
+			for i := range updates {
+				if err := b.Update(sets[(u+i)%len(sets)]); err != nil {
+					return fmt.Errorf("updater %d, update %d: %w", u, i, err)
+				}
+				for start := picked.Load(); picked.Load() < start+pickers && exited.Load() == 0; {
+					time.Sleep(20 * time.Microsecond) // frees the processor for the pickers
+				}
+				// A refused update in between must not disturb anything.
+				if err := b.Update([]balancer.Backend{nil}); err == nil {
+					return fmt.Errorf("updater %d, update %d: a set holding nil was accepted", u, i)
+				}
 			}
-			// A refused update in between must not disturb anything.
-			if err := b.Update([]balancer.Backend{nil}); err == nil {
-				errc <- fmt.Errorf("update %d: a set holding nil was accepted", i)
-				return
-			}
-		}
-	})
-	wg.Wait()
-	close(errc)
-	return <-errc
+			return nil
+		}))
+	}
+	var all []error
+	for _, c := range errs {
+		all = append(all, <-c)
+	}
+	return errors.Join(all...)
 }
