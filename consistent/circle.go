@@ -8,6 +8,7 @@ import "github.com/lbkit/lbkit/balancer"
 type circle struct {
 	backends []balancer.Backend // the set, in the caller's order (a copy)
 	ids      []string           // ids[i] = backends[i].ID(), read once at Update
+	weights  []int              // weights[i] = backends[i]'s weight, read once at Update
 	owner    []int32            // owner[p] indexes backends
 
 	// gap[p] is how many steps back, walking counter-clockwise and wrapping,
@@ -23,17 +24,10 @@ type circle struct {
 	gap []uint32
 }
 
-// newCircle copies bs and reads each ID once. The caller fills owner and
-// then calls setGaps.
-func newCircle(bs []balancer.Backend) circle {
-	c := circle{
-		backends: append([]balancer.Backend(nil), bs...),
-		ids:      make([]string, len(bs)),
-	}
-	for i, b := range c.backends {
-		c.ids[i] = b.ID()
-	}
-	return c
+// newCircle takes a validated set, whose backends, IDs and weights were read
+// once. The caller fills owner and then calls setGaps.
+func newCircle(set balancer.Set) circle {
+	return circle{backends: set.Backends, ids: set.IDs, weights: set.Weights}
 }
 
 // setGaps computes gap from owner in two passes: the first finds each

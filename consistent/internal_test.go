@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/assert"
@@ -104,7 +105,7 @@ func TestSearchMatchesScan(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{1, 2, 3, 64, 1024} {
 		t.Run(fmt.Sprint("n=", n), func(t *testing.T) {
-			s := buildRing(balancer.Endpoints(addrs(n)...), ringConfig{vnodes: 150, maxSize: defaultMaxRingSize})
+			s := buildRing(mustSet(balancer.Endpoints(addrs(n)...)), ringConfig{vnodes: 150, maxSize: defaultMaxRingSize})
 			require.Len(t, s.hashes, 150*n)
 			require.True(t, slices.IsSorted(s.hashes))
 			// The scan is O(points): keep each case near 10⁸ steps.
@@ -137,7 +138,7 @@ func naiveTarget(c *circle, p, attempt int, avoid string) int32 {
 // circleFrom makes a circle whose owners are the fuzz bytes mod n, with
 // every one of the n backends present.
 func circleFrom(data []byte, n int) *circle {
-	c := newCircle(balancer.Endpoints(addrs(n)...))
+	c := newCircle(mustSet(balancer.Endpoints(addrs(n)...)))
 	for i := range n {
 		c.owner = append(c.owner, int32(i))
 	}
@@ -178,7 +179,7 @@ func FuzzTarget(f *testing.F) {
 }
 
 func TestGaps(t *testing.T) {
-	c := newCircle(balancer.Endpoints("a", "b", "c"))
+	c := newCircle(mustSet(balancer.Endpoints("a", "b", "c")))
 	c.owner = []int32{0, 1, 0, 2, 1} // a b a c b, the worked example
 	c.setGaps()
 	assert.Equal(t, []uint32{3, 2, 2, 5, 3}, c.gap)
@@ -284,9 +285,9 @@ func TestMaglevSlotShares(t *testing.T) {
 func TestMaglevHeapMatchesLoop(t *testing.T) {
 	for _, n := range []int{1, 7, 100} {
 		bs := balancer.Endpoints(addrs(n)...)
-		loop := &maglevSnap{circle: newCircle(bs), size: 1031}
+		loop := &maglevSnap{circle: newCircle(mustSet(bs)), size: 1031}
 		loop.populate()
-		heap := &maglevSnap{circle: newCircle(bs), size: 1031}
+		heap := &maglevSnap{circle: newCircle(mustSet(bs)), size: 1031}
 		turns, _, maxW := heap.start()
 		heap.populateWeighted(turns, maxW)
 		assert.Equal(t, loop.owner, heap.owner, "n=%d", n)
@@ -381,8 +382,69 @@ func TestBoundedTotalUnderRace(t *testing.T) {
 
 // The vnode key format is part of the mapping: "<ID>_<i>".
 func TestPointFormat(t *testing.T) {
-	s := buildRing(balancer.Endpoints("a:1"), ringConfig{vnodes: 3, maxSize: defaultMaxRingSize})
+	s := buildRing(mustSet(balancer.Endpoints("a:1")), ringConfig{vnodes: 3, maxSize: defaultMaxRingSize})
 	want := []uint64{xxhash.Sum64String("a:1_0"), xxhash.Sum64String("a:1_1"), xxhash.Sum64String("a:1_2")}
 	slices.Sort(want)
 	assert.Equal(t, want, s.hashes)
+}
+
+// mustSet validates bs for the builders, which take a balancer.Set.
+func mustSet(bs []balancer.Backend) balancer.Set {
+	s, err := balancer.NewSet(bs)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Two rolling redeploys of 100 backends while requests are held: more
+// backends leave than the registry keeps retired (max(live, 64)), yet every
+// late Done finds its counter and the ring's total comes back to the
+// number of requests really in flight, so the load bound keeps binding.
+func TestBoundedTotalAcrossRedeploys(t *testing.T) {
+	r := NewRing(WithBoundedLoad(1.25))
+	gen := func(g int) []balancer.Backend {
+		ids := make([]string, 100)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("10.%d.0.%d:80", g, i)
+		}
+		return balancer.Endpoints(ids...)
+	}
+	var held []balancer.Backend
+	hold := func(n int) {
+		for i := range n {
+			b, err := r.Pick(balancer.Request{Key: fmt.Sprint("user-", len(held), "-", i)})
+			require.NoError(t, err)
+			held = append(held, b)
+		}
+	}
+	require.NoError(t, r.Update(gen(0)))
+	hold(500)
+	for g := 1; g <= 2; g++ {
+		// Rolling: ten backends at a time are replaced by new ones.
+		cur := gen(g - 1)
+		for step := range 10 {
+			next := append(append([]balancer.Backend{}, gen(g)[:10*(step+1)]...), cur[10*(step+1):]...)
+			require.NoError(t, r.Update(next))
+			hold(50)
+		}
+	}
+	require.Equal(t, int64(len(held)), r.total.Load())
+	for i, b := range held {
+		r.Done(b, balancer.Result{Latency: time.Millisecond})
+		require.Equal(t, int64(len(held)-i-1), r.total.Load(), "after %d Dones", i+1)
+	}
+	// With nothing in flight, the bound binds as it should: 200 requests
+	// on one hot key over 100 backends put at most ⌈1.25·200/100⌉ = 3 on
+	// any backend. (Had Dones been lost, the total would keep counting the
+	// requests whose counters were evicted, and the cap would grow with it.)
+	load := map[string]int{}
+	for range 200 {
+		b, err := r.Pick(balancer.Request{Key: "hot"})
+		require.NoError(t, err)
+		load[b.ID()]++
+	}
+	for id, n := range load {
+		assert.LessOrEqual(t, n, 3, id)
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -18,15 +20,24 @@ import (
 //
 // Pick and Update are safe for concurrent use. Pick takes no lock and
 // allocates nothing; it reads an immutable table that Update builds aside
-// and publishes with one atomic store; of two concurrent Updates, the later
-// store wins. A Maglev must not be copied.
+// and publishes with one atomic store. Calls to Update are serialised by a
+// mutex that Pick never takes. A Maglev must not be copied.
+//
+// The struct fills whole cache lines (a size class the allocator aligns to
+// 64 bytes), so that the snapshot pointer every Pick reads shares its line
+// with no one else's data: unpadded, a 32-byte Maglev can share a line with
+// whatever the caller allocated next to it, and every write there evicts
+// the pointer from the other cores' caches.
 type Maglev struct {
+	// Atomic: read by every Pick.
+	snap atomic.Pointer[maglevSnap] // the published table; empty, never nil, after NewMaglev
+
 	// Immutable after NewMaglev.
 	cfg maglevConfig
 
-	// Atomic. No mutex is needed: Update builds the table from the set
-	// alone and publishes it with one pointer store.
-	snap atomic.Pointer[maglevSnap] // the published table; empty, never nil, after NewMaglev
+	// Guarded by itself: taken by Update only.
+	mu sync.Mutex
+	_  [64 - 8 - unsafe.Sizeof(maglevConfig{}) - 8]byte
 }
 
 // maglevSnap is an immutable published table.
@@ -66,15 +77,18 @@ func (m *Maglev) Update(bs []balancer.Backend) error {
 	if m.cfg.err != nil {
 		return fmt.Errorf("consistent: maglev update: %w", m.cfg.err)
 	}
-	if err := balancer.Validate(bs); err != nil {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	set, err := balancer.NewSet(bs)
+	if err != nil {
 		return fmt.Errorf("consistent: maglev update: %w", err)
 	}
-	if uint64(len(bs))*slotsPerBackend > m.cfg.size {
+	if uint64(set.Len())*slotsPerBackend > m.cfg.size {
 		return fmt.Errorf("consistent: maglev update: %d backends need a table of at least %d slots, %d per backend; this one has %d (see WithTableSize)",
-			len(bs), uint64(len(bs))*slotsPerBackend, slotsPerBackend, m.cfg.size)
+			set.Len(), uint64(set.Len())*slotsPerBackend, slotsPerBackend, m.cfg.size)
 	}
-	s := &maglevSnap{circle: newCircle(bs), size: m.cfg.size}
-	if len(bs) > 0 {
+	s := &maglevSnap{circle: newCircle(set), size: m.cfg.size}
+	if set.Len() > 0 {
 		s.populate()
 		s.setGaps()
 	}
@@ -135,12 +149,12 @@ func (s *maglevSnap) start() (turns []turn, minW, maxW uint64) {
 	}
 	turns = make([]turn, len(s.backends))
 	minW = balancer.MaxWeight
-	for i, b := range s.backends {
+	for i := range s.backends {
 		t := &turns[i]
 		t.owner = int32(i)
 		t.next = hash(s.ids[i], 0) % s.size
 		t.skip = hash(s.ids[i], 1)%(s.size-1) + 1
-		t.weight = uint64(balancer.WeightOf(b))
+		t.weight = uint64(s.weights[i])
 		minW, maxW = min(minW, t.weight), max(maxW, t.weight)
 	}
 	slices.SortFunc(turns, func(a, b turn) int {

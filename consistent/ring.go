@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -22,17 +23,26 @@ import (
 // allocates nothing; it reads an immutable snapshot that Update builds aside
 // and publishes with one atomic store. Calls to Update are serialised by a
 // mutex that Pick and Done never take. A Ring must not be copied.
+//
+// The struct is laid out in whole cache lines (a size class the allocator
+// aligns to 64 bytes). The first holds what every Pick reads and nothing
+// written after NewRing; the bounded-load total, which every Pick and Done
+// of a bounded ring writes, has the second to itself, so that its traffic
+// never evicts the snapshot pointer from a reader's cache.
 type Ring struct {
+	// Atomic: read by every Pick.
+	snap atomic.Pointer[ringSnap] // the published ring; empty, never nil, after NewRing
 	// Immutable after NewRing.
 	cfg ringConfig
+	_   [64 - 8 - unsafe.Sizeof(ringConfig{})]byte
+
+	// Atomic: written by every Pick and Done of a bounded ring.
+	total balancer.InFlight // requests in flight on all backends, bounded loads only
 
 	// Guarded by mu, which only Update takes.
 	mu  sync.Mutex
 	reg balancer.Registry[balancer.InFlight] // bounded loads only
-
-	// Atomic.
-	snap  atomic.Pointer[ringSnap] // the published ring; empty, never nil, after NewRing
-	total balancer.InFlight        // requests in flight on all backends, bounded loads only
+	_   [(64 - (8+unsafe.Sizeof(balancer.Registry[balancer.InFlight]{}))%64) % 64]byte
 }
 
 // ringSnap is an immutable published ring.
@@ -92,12 +102,13 @@ func (r *Ring) Update(bs []balancer.Backend) error {
 	if r.cfg.err != nil {
 		return fmt.Errorf("consistent: ring update: %w", r.cfg.err)
 	}
-	if err := balancer.Validate(bs); err != nil {
-		return fmt.Errorf("consistent: ring update: %w", err)
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := buildRing(bs, r.cfg)
+	set, err := balancer.NewSet(bs)
+	if err != nil {
+		return fmt.Errorf("consistent: ring update: %w", err)
+	}
+	s := buildRing(set, r.cfg)
 	if r.cfg.factor > 0 {
 		s.states = r.reg.Sync(s.backends)
 	}
@@ -112,12 +123,12 @@ type point struct {
 }
 
 // buildRing places every backend's points, sorts them and indexes them.
-func buildRing(bs []balancer.Backend, cfg ringConfig) *ringSnap {
-	s := &ringSnap{circle: newCircle(bs)}
-	weights := make([]uint64, len(bs))
+func buildRing(set balancer.Set, cfg ringConfig) *ringSnap {
+	s := &ringSnap{circle: newCircle(set)}
+	weights := make([]uint64, set.Len())
 	var total uint64 // at most n·MaxWeight: no overflow
-	for i, b := range s.backends {
-		weights[i] = uint64(balancer.WeightOf(b))
+	for i, w := range set.Weights {
+		weights[i] = uint64(w)
 		total += weights[i]
 	}
 	counts := pointCounts(weights, total, cfg)

@@ -163,23 +163,27 @@ func New(opts ...Option) *Picker {
 // backend that stays, or leaves and comes back, keeps its count, and a
 // request picked before it left is still counted down by its Done.
 //
+// Each weight is read once (balancer.NewSet). Calls to Update are
+// serialised, validation included.
+//
 // Cost: O(n) and a few allocations: the entries, the registry's maps and,
 // for a weighted set sampled by choices, the alias table.
 func (p *Picker) Update(bs []balancer.Backend) error {
-	if err := balancer.Validate(bs); err != nil {
-		return fmt.Errorf("leastconn: update: %w", err)
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	set, err := balancer.NewSet(bs)
+	if err != nil {
+		return fmt.Errorf("leastconn: update: %w", err)
+	}
 	s := &snapshot{
-		entries: make([]entry, len(bs)),
-		states:  p.reg.Sync(bs), // Sync keeps no reference to bs
-		k:       p.choicesFor(len(bs)),
+		entries: make([]entry, set.Len()),
+		states:  p.reg.Sync(set.Backends),
+		k:       p.choicesFor(set.Len()),
 	}
 	equal := true
-	for i, b := range bs {
-		w := uint64(balancer.WeightOf(b))
-		s.entries[i] = entry{c: s.states.At(i), w: w, id: b.ID(), b: b}
+	for i, b := range set.Backends {
+		w := uint64(set.Weights[i])
+		s.entries[i] = entry{c: s.states.At(i), w: w, id: set.IDs[i], b: b}
 		equal = equal && w == s.entries[0].w
 	}
 	if equal {

@@ -3,6 +3,7 @@ package rr
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 
 	"github.com/lbkit/lbkit/balancer"
@@ -13,12 +14,24 @@ import (
 //
 // Pick and Update are safe for concurrent use. Pick takes no lock and
 // allocates nothing. Update builds the new set aside and publishes it with
-// one atomic store, so it never blocks Pick; of two concurrent Updates, the
-// later store wins. A Picker must not be copied.
+// one atomic store, so it never blocks Pick; calls to Update are serialised
+// by a mutex that Pick never takes. A Picker must not be copied.
+//
+// The struct is laid out in whole cache lines (a size class the allocator
+// aligns to 64 bytes): the snapshot pointer, which every Pick reads, shares
+// its line only with the mutex that Update takes, and the counter, which
+// every Pick writes, has a line of its own, so that neither the caller's
+// data nor the counter's traffic evicts the pointer from a reader's cache.
 type Picker struct {
-	// Atomic. No mutex is needed: an update is one pointer store.
-	next atomic.Uint64            // position of the last pick; starts random
+	// Atomic: read by every Pick.
 	snap atomic.Pointer[snapshot] // the published set; empty, never nil, after New
+	// Guarded by itself: taken by Update only.
+	mu sync.Mutex
+	_  [64 - 8 - 8]byte
+
+	// Atomic: written by every Pick.
+	next atomic.Uint64 // position of the last pick; starts random
+	_    [64 - 8]byte
 }
 
 // snapshot is an immutable published set.
@@ -82,14 +95,21 @@ func New(opts ...Option) *Picker {
 // position carries on from the previous set, so an update does not send a
 // burst to the first backend.
 //
-// Cost: O(n) and two allocations.
+// Calls to Update are serialised, validation included: an Update called
+// while another runs waits for it, so a slow Update that started first
+// cannot overwrite a newer set.
+//
+// Cost: O(n) and a few allocations.
 func (p *Picker) Update(bs []balancer.Backend) error {
-	if err := balancer.Validate(bs); err != nil {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	set, err := balancer.NewSet(bs)
+	if err != nil {
 		return fmt.Errorf("rr: update: %w", err)
 	}
-	s := &snapshot{entries: make([]entry, len(bs)), n: uint64(len(bs))}
-	for i, b := range bs {
-		s.entries[i] = entry{b: b, id: b.ID()}
+	s := &snapshot{entries: make([]entry, set.Len()), n: uint64(set.Len())}
+	for i, b := range set.Backends {
+		s.entries[i] = entry{b: b, id: set.IDs[i]}
 	}
 	p.snap.Store(s)
 	return nil

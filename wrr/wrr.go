@@ -3,6 +3,7 @@ package wrr
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 
 	"github.com/lbkit/lbkit/balancer"
@@ -24,15 +25,25 @@ const maxLimit = 1 << 26
 //
 // Pick and Update are safe for concurrent use. Pick takes no lock and
 // allocates nothing. Update builds the new schedule aside and publishes it
-// with one atomic store, so it never blocks Pick; of two concurrent Updates,
-// the later store wins. A Picker must not be copied.
+// with one atomic store, so it never blocks Pick; calls to Update are
+// serialised by a mutex that Pick never takes. A Picker must not be copied.
+//
+// The struct is laid out in whole cache lines (a size class the allocator
+// aligns to 64 bytes): the snapshot pointer, which every Pick reads, shares
+// its line only with fields that Pick reads or Update alone writes, and the
+// counter, which every Pick writes, has a line of its own.
 type Picker struct {
+	// Atomic: read by every Pick.
+	snap atomic.Pointer[snapshot] // the published set; never nil after New
 	// Immutable after New.
 	limit int64 // most slots a schedule may hold, unless n is over half that
+	// Guarded by itself: taken by Update only.
+	mu sync.Mutex
+	_  [64 - 8 - 8 - 8]byte
 
-	// Atomic. No mutex is needed: an update is one pointer store.
-	next atomic.Uint64            // position of the last pick; starts random
-	snap atomic.Pointer[snapshot] // the published set; never nil after New
+	// Atomic: written by every Pick.
+	next atomic.Uint64 // position of the last pick; starts random
+	_    [64 - 8]byte
 }
 
 // snapshot is an immutable published set and its schedule.
@@ -143,19 +154,25 @@ func New(opts ...Option) *Picker {
 // published set. About 36 ms for 1024 backends with weights up to 10000
 // (P = 2¹⁸) on the machine the package was measured on; see BenchmarkUpdate
 // and the package documentation.
+//
+// Each weight is read once (balancer.NewSet): the value validated is the
+// value scheduled. Calls to Update are serialised, validation included.
 func (p *Picker) Update(bs []balancer.Backend) error {
-	if err := balancer.Validate(bs); err != nil {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	set, err := balancer.NewSet(bs)
+	if err != nil {
 		return fmt.Errorf("wrr: update: %w", err)
 	}
-	if len(bs) == 0 {
+	if set.Len() == 0 {
 		p.snap.Store(empty())
 		return nil
 	}
-	s := &snapshot{entries: make([]entry, len(bs))}
-	ws := make([]int64, len(bs))
-	for i, b := range bs {
-		s.entries[i] = entry{b: b, id: b.ID()}
-		ws[i] = int64(balancer.WeightOf(b))
+	s := &snapshot{entries: make([]entry, set.Len())}
+	ws := make([]int64, set.Len())
+	for i, b := range set.Backends {
+		s.entries[i] = entry{b: b, id: set.IDs[i]}
+		ws[i] = int64(set.Weights[i])
 	}
 	s.sched = build(slotCounts(ws, max(p.limit, 2*int64(len(bs)))))
 	link(s.sched)
