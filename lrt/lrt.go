@@ -32,10 +32,22 @@ type Picker struct {
 	gen uint64 // counts updates; see state.gen
 }
 
-// snapshot is an immutable published set.
+// snapshot is a published set: immutable but for the tried cursor.
 type snapshot struct {
 	entries []entry
 	states  balancer.States[state] // for Done's lookup by ID
+
+	// fresh lists the entries whose estimate was provisional when the set
+	// was published (every entry at start-up, newcomers and returning
+	// backends later), in a random rotation. The first picks of the set
+	// go to them in turn, one each, unless a measurement came first: an
+	// estimate that is only a guess must be put to the test, or a backend
+	// guessed slower than the measured ones would wait for its guess to
+	// decay, tens of seconds at the default τ, before its first request.
+	fresh []int32
+	// tried counts the picks that took a ticket for fresh; once it reaches
+	// len(fresh), Pick only reads it.
+	tried atomic.Uint64
 }
 
 // entry is one backend with its ID read once, so that Avoid costs a string
@@ -272,12 +284,13 @@ func tickClock(clock func() time.Time, shift uint) func() uint32 {
 // Cost: O(n) plus the registry's O(live + retired), a few allocations, and
 // one clock read.
 func (p *Picker) Update(bs []balancer.Backend) error {
-	if err := balancer.Validate(bs); err != nil {
-		return fmt.Errorf("lrt: update: %w", err)
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	states := p.reg.Sync(bs)
+	set, err := balancer.NewSet(bs)
+	if err != nil {
+		return fmt.Errorf("lrt: update: %w", err)
+	}
+	states := p.reg.Sync(set.Backends)
 	now := p.cfg.ticks()
 	// A state whose gen is the previous update's was in the previous set.
 	stayed := p.gen
@@ -293,8 +306,8 @@ func (p *Picker) Update(bs []balancer.Backend) error {
 	if n > 0 {
 		initial = sum / float64(n)
 	}
-	s := &snapshot{entries: make([]entry, len(bs)), states: states}
-	for i, b := range bs {
+	s := &snapshot{entries: make([]entry, set.Len()), states: states}
+	for i, b := range set.Backends {
 		st := states.At(i)
 		w := st.est.Load()
 		fresh := w == 0 || stale(w, now)
@@ -305,7 +318,16 @@ func (p *Picker) Update(bs []balancer.Backend) error {
 			st.ok.Store(0) // nothing learned, or nothing worth keeping
 		}
 		st.gen = p.gen
-		s.entries[i] = entry{b: b, id: b.ID(), st: st}
+		s.entries[i] = entry{b: b, id: set.IDs[i], st: st}
+		if !measured(st.est.Load()) {
+			s.fresh = append(s.fresh, int32(i))
+		}
+	}
+	if len(s.fresh) > 1 {
+		// A random rotation, so that a fleet of proxies started together
+		// does not send every first request to the same backend.
+		k := int(p.cfg.rand() % uint64(len(s.fresh)))
+		s.fresh = append(s.fresh[k:], s.fresh[:k]...)
 	}
 	p.snap.Store(s)
 	return nil
@@ -340,13 +362,42 @@ func (p *Picker) Pick(req balancer.Request) (balancer.Backend, error) {
 		return nil, balancer.ErrNoBackend
 	case n == 1:
 		e = &s.entries[0]
-	case n > p.cfg.scanMax && p.cfg.mode == Balanced:
-		e = p.twoChoices(s.entries, req.Avoid)
+	case s.tried.Load() < uint64(len(s.fresh)):
+		if e = s.untried(req.Avoid); e != nil {
+			break
+		}
+		e = p.choose(s.entries, req.Avoid)
 	default:
-		e = p.scan(s.entries, req.Avoid)
+		e = p.choose(s.entries, req.Avoid)
 	}
 	e.st.inflight.Inc()
 	return e.b, nil
+}
+
+// choose is the selection proper: two choices in larger sets in the
+// Balanced mode, else a scan.
+func (p *Picker) choose(es []entry, avoid string) *entry {
+	if len(es) > p.cfg.scanMax && p.cfg.mode == Balanced {
+		return p.twoChoices(es, avoid)
+	}
+	return p.scan(es, avoid)
+}
+
+// untried takes tickets for the fresh entries until it finds one still
+// unmeasured that is not avoid, and returns it; nil once the tickets run
+// out. A backend measured since the set was published (through a request
+// picked before) needs no trial and is passed over.
+func (s *snapshot) untried(avoid string) *entry {
+	for {
+		t := s.tried.Add(1) - 1
+		if t >= uint64(len(s.fresh)) {
+			return nil
+		}
+		e := &s.entries[s.fresh[t]]
+		if e.id != avoid && !measured(e.st.est.Load()) {
+			return e
+		}
+	}
 }
 
 // cost returns what Pick compares for one backend, and its stamp.
@@ -429,10 +480,11 @@ func (p *Picker) scan(es []entry, avoid string) *entry {
 
 // Done records a finished request: it takes the request off the backend's
 // in-flight count and folds its latency into the estimate (see the package
-// documentation); a failed request counts as a slow one. Done for nil, for a
-// backend never in the set, or for one removed long ago is a no-op; for one
-// removed recently it still updates the kept state. Negative latencies
-// count as zero.
+// documentation); a failed request counts as a slow one. An abandoned
+// request (r.Abandoned()) and a success with no latency (Result{}) only
+// leave the in-flight count: they teach nothing about the backend. Done
+// for nil, for a backend never in the set, or for one removed long ago is
+// a no-op; for one removed recently it still updates the kept state.
 //
 // Cost: a map lookup by ID, one clock read, one exponential, and a
 // compare-and-swap that retries only when another Done for the same
@@ -443,6 +495,13 @@ func (p *Picker) Done(b balancer.Backend, r balancer.Result) {
 		return
 	}
 	st.inflight.Dec()
+	switch {
+	case r.Err == nil && r.Latency <= 0, r.Abandoned():
+		// Nothing measured, or given up on: no sample (see balancer.Result).
+		// A zero latency taken as a sample would make the backend look
+		// free and draw every request.
+		return
+	}
 	st.observe(p.cfg.ticks(), float64(max(r.Latency, 0)), r.Err != nil, &p.cfg)
 }
 

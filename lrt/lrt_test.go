@@ -1,6 +1,7 @@
 package lrt_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -347,7 +348,7 @@ func TestZeroEstimateFloods(t *testing.T) {
 		f.done(id, 100*ms, nil)
 	}
 	f.update("a", "b", "c", "d")
-	f.done("d", 0, nil) // a real zero-latency answer, not the initial estimate
+	f.done("d", time.Nanosecond, nil) // a near-zero answer, not the initial estimate
 	held := map[string]int{}
 	for range 40 {
 		held[f.pick("")]++
@@ -537,4 +538,67 @@ func TestModeString(t *testing.T) {
 	assert.Equal(t, "balanced", lrt.Balanced.String())
 	assert.Equal(t, "naive", lrt.Naive.String())
 	assert.Equal(t, "Mode(7)", lrt.Mode(7).String())
+}
+
+// Under light load (one request at a time) every backend is tried within
+// as many picks as there are backends, at start-up and when one joins
+// later: a provisional estimate is put to the test at once. Without the
+// trial, the first backend to answer in 10 ms would take every request
+// while the others' provisional 100 ms decayed below it, some 23 s.
+func TestColdStartTriesEveryBackend(t *testing.T) {
+	service := map[string]time.Duration{"a": 10 * ms, "b": 20 * ms, "c": 30 * ms, "d": 40 * ms, "e": 15 * ms}
+	for _, mode := range []lrt.Mode{lrt.Balanced, lrt.Naive} {
+		t.Run(mode.String(), func(t *testing.T) {
+			f := newFixture(t, lrt.WithMode(mode))
+			one := func() string { // one request, answered before the next
+				id := f.pick("")
+				f.clock.now += service[id]
+				f.done(id, service[id], nil)
+				return id
+			}
+			f.update("a", "b", "c", "d")
+			tried := map[string]bool{}
+			for range 4 {
+				tried[one()] = true
+			}
+			assert.Len(t, tried, 4, "every backend tried in the first 4 picks: %v", tried)
+			for range 100 {
+				one()
+			}
+			f.update("a", "b", "c", "d", "e")
+			joined := false
+			for range 5 {
+				joined = joined || one() == "e"
+			}
+			assert.True(t, joined, "a newcomer is tried within 5 picks")
+			assert.True(t, f.stats("e").Measured)
+		})
+	}
+}
+
+// A request given up on, or finished with nothing measured, leaves the
+// in-flight count and teaches nothing: no zero-latency sample that would
+// make the backend look free.
+func TestAbandonedTeachesNothing(t *testing.T) {
+	f := newFixture(t)
+	f.update("a", "b")
+	f.done("a", 100*ms, nil)
+	f.done("b", 100*ms, nil)
+	before := f.stats("a")
+	for _, r := range []balancer.Result{
+		{Err: balancer.ErrAbandoned},
+		{Latency: 2 * ms, Err: context.Canceled},
+		{Latency: 1, Err: fmt.Errorf("proxy: %w", balancer.ErrAbandoned)},
+		{},
+	} {
+		require.Equal(t, "a", f.pick("b"))
+		require.EqualValues(t, 1, f.stats("a").InFlight)
+		f.p.Done(balancer.NewEndpoint("a", 1), r)
+		after := f.stats("a")
+		assert.EqualValues(t, 0, after.InFlight, "%+v leaves the in-flight count", r)
+		assert.Equal(t, before.Latency, after.Latency, "%+v is no sample", r)
+	}
+	// A failure, even one measured at zero, is still a failure.
+	f.done("a", 0, errors.New("refused"))
+	assert.Greater(t, f.stats("a").Latency, before.Latency)
 }

@@ -256,7 +256,11 @@ func TestScanOrTwoChoices(t *testing.T) {
 			assert.LessOrEqual(t, two.share(0), 0.51, "two choices cap a backend at half")
 			assert.Greater(t, scan.share(0), 0.6)
 			assert.Less(t, scan.mean, two.mean, "mean latency")
-			assert.Less(t, scan.p99, two.p99, "p99 latency")
+			// Not Less: with the scan the slowest backend takes 1.0 to
+			// 1.3% of requests over seeds 1 to 8, right at the 1% the p99
+			// reads, so its p99 is 300 ms for some seeds and 500 ms for
+			// others; two choices give it 6% and a p99 of 500 ms always.
+			assert.LessOrEqual(t, scan.p99, two.p99, "p99 latency")
 		})
 	}
 }
