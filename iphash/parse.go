@@ -101,36 +101,50 @@ func validPort(s string) bool {
 // parseIPv4 parses the dotted-decimal IPv4 address "a.b.c.d" at the start
 // of s: four fields of one to three digits, each at most 255, without
 // leading zeros (which some parsers read as octal; net/netip refuses them,
-// and so do we). It stops at the first byte that is neither a digit nor a
-// dot and returns the address and how many bytes it took.
+// and so do we). It returns the address and how many bytes it took, which
+// end after the fourth field's digits: the caller decides what may follow
+// (nothing, or ":port").
+//
+// It reads each field as up to three digits in straight-line code rather
+// than a loop over bytes that tests every byte for a digit, a dot and the
+// field count: the loop cost about 2 ns a byte, a third of a whole Pick.
 func parseIPv4(s string) (v4 uint32, n int, ok bool) {
-	val, digits, fields := uint32(0), 0, 0
-	for ; n < len(s); n++ {
-		c := s[n]
-		if d := c - '0'; d <= 9 {
-			if digits == 1 && val == 0 {
-				return 0, 0, false // leading zero
-			}
-			if val = val*10 + uint32(d); val > 255 {
+	for f := 0; f < 4; f++ {
+		if f > 0 {
+			if n >= len(s) || s[n] != '.' {
 				return 0, 0, false
 			}
-			digits++
-			continue
+			n++
 		}
-		if c != '.' {
-			break
+		if n >= len(s) {
+			return 0, 0, false
 		}
-		if digits == 0 || fields == 3 {
-			return 0, 0, false // empty field, or a fifth one
+		val := uint32(s[n]) - '0'
+		if val > 9 {
+			return 0, 0, false
+		}
+		n++
+		if n < len(s) {
+			if d := uint32(s[n]) - '0'; d <= 9 {
+				if val == 0 {
+					return 0, 0, false // leading zero
+				}
+				val = val*10 + d
+				n++
+				if n < len(s) {
+					if d := uint32(s[n]) - '0'; d <= 9 {
+						val = val*10 + d
+						n++
+					}
+				}
+			}
+		}
+		if val > 255 {
+			return 0, 0, false
 		}
 		v4 = v4<<8 | val
-		fields++
-		val, digits = 0, 0
 	}
-	if digits == 0 || fields != 3 {
-		return 0, 0, false
-	}
-	return v4<<8 | val, n, true
+	return v4, n, true
 }
 
 // parseIPv6 parses an IPv6 address in RFC 4291 text form, with an optional

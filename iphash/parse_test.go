@@ -2,9 +2,11 @@ package iphash
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -154,6 +156,81 @@ func FuzzParseKey(f *testing.F) {
 		want, wantOK := netipParse(key)
 		if ok != wantOK || got != want {
 			t.Fatalf("parseKey(%q) = %+v, %v; net/netip gives %+v, %v", key, got, ok, want, wantOK)
+		}
+	})
+}
+
+// sum4 is xxhash64 of 4 bytes, written out: it must agree with the library
+// on every input, or every IPv4 mapping would change.
+func TestSum4MatchesXXHash(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	for i := range 100000 {
+		v := r.Uint32()
+		if i < 3 {
+			v = []uint32{0, 0xffffffff, 0xc0000201}[i]
+		}
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], v)
+		if got, want := sum4(v), xxhash.Sum64(b[:]); got != want {
+			t.Fatalf("sum4(%#x) = %#x, xxhash.Sum64 = %#x", v, got, want)
+		}
+	}
+}
+
+// The IPv4 fast path gives the general path's hash for every key it takes,
+// and takes none the general path refuses.
+func TestFastPathMatches(t *testing.T) {
+	for _, bits := range []int{32, 24, 16} {
+		p := New(WithPrefixBits(bits, 64))
+		for _, key := range []string{
+			"192.0.2.1", "192.0.2.1:80", "192.0.2.1:65535", "255.255.255.255:0", "0.0.0.0",
+			"192.0.2.1:", "192.0.2.1:65536", "192.0.2.1:x", "192.0.2.01", "1.2.3", "1.2.3.4.5",
+			"1:2::3", "1.2.3.4%eth0", "::ffff:192.0.2.1", "[::ffff:192.0.2.1]:80", "",
+		} {
+			got, gok := p.hash(key)
+			want, wok := p.hashSlow(key)
+			assert.Equal(t, wok, gok, "%q /%d", key, bits)
+			assert.Equal(t, want, got, "%q /%d", key, bits)
+		}
+	}
+}
+
+func TestDivisor(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	ds := []uint64{1, 2, 3, 4, 5, 7, 8, 10, 64, 1000, 1024, 1 << 32, 1<<32 + 1, 1<<63 - 1, 1 << 63, ^uint64(0), 1_000_000 * 1024}
+	for range 200 {
+		ds = append(ds, 1+r.Uint64N(1<<20), r.Uint64()|1)
+	}
+	for _, d := range ds {
+		v := newDivisor(d)
+		for i := range 2000 {
+			h := r.Uint64()
+			switch i {
+			case 0:
+				h = 0
+			case 1:
+				h = ^uint64(0)
+			case 2:
+				h = d - 1
+			case 3:
+				h = d
+			}
+			if got, want := v.mod(h), h%d; got != want {
+				t.Fatalf("%d mod %d = %d, want %d", h, d, got, want)
+			}
+		}
+	}
+}
+
+func FuzzDivisor(f *testing.F) {
+	f.Add(uint64(12345), uint64(7))
+	f.Add(^uint64(0), uint64(3))
+	f.Fuzz(func(t *testing.T, h, d uint64) {
+		if d == 0 {
+			return
+		}
+		if got, want := newDivisor(d).mod(h), h%d; got != want {
+			t.Fatalf("%d mod %d = %d, want %d", h, d, got, want)
 		}
 	})
 }
