@@ -1,0 +1,73 @@
+package health
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/rr"
+)
+
+type stillClock struct{ t time.Time }
+
+func (c *stillClock) Now() time.Time { return c.t }
+
+// OnChange runs with none of the Balancer's locks held, whichever method
+// made the change: TryLock succeeds on each of them from inside it. The
+// Balancer is driven from this goroutine alone, so a lock found held could
+// only be held by the caller of OnChange.
+func TestOnChangeHoldsNoLock(t *testing.T) {
+	clock := &stillClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var h *Balancer
+	calls := 0
+	h, err := New(rr.New(), Config{
+		Clock: clock,
+		OnChange: func(Change) {
+			calls++
+			for name, l := range map[string]interface{ TryLock() bool }{"mu": &h.mu, "qmu": &h.qmu, "life": &h.life} {
+				if assert.True(t, l.TryLock(), "%s is held during OnChange", name) {
+					l.(interface{ Unlock() }).Unlock()
+				}
+			}
+		},
+	})
+	require.NoError(t, err)
+	bs := balancer.Endpoints("a.test:1", "b.test:1")
+	require.NoError(t, h.Update(bs))
+	h.Done(bs[0], balancer.Result{Err: balancer.ErrNoBackend}) // any error: one of five
+	for range 4 {
+		h.Done(bs[0], balancer.Result{Err: balancer.ErrNoBackend})
+	}
+	h.Apply() // ejection
+	require.NoError(t, h.Drain("b.test:1"))
+	require.NoError(t, h.Enable("b.test:1"))
+	h.Observe("b.test:1", balancer.ErrNoBackend)
+	h.Observe("b.test:1", balancer.ErrNoBackend)
+	h.Observe("b.test:1", balancer.ErrNoBackend)
+	h.Apply() // down
+	clock.t = clock.t.Add(time.Hour)
+	require.NoError(t, h.Update(bs)) // the ejection ends inside Update
+	assert.Equal(t, 5, calls)        // ejected, draining, up, down, ejection ended
+}
+
+// Failures of a backend already out (down by probes, here in panic mode
+// with every backend down) ask for nothing: the applier is not woken once
+// per failed request.
+func TestFailuresOfOutBackendAskNothing(t *testing.T) {
+	h, err := New(rr.New(), Config{Clock: &stillClock{}, Fall: 1})
+	require.NoError(t, err)
+	bs := balancer.Endpoints("a.test:1", "b.test:1")
+	require.NoError(t, h.Update(bs))
+	h.Observe("a.test:1", balancer.ErrNoBackend)
+	h.Observe("b.test:1", balancer.ErrNoBackend)
+	h.Apply()
+	require.True(t, h.View().Panic, "%+v", h.View())
+	for range 20 {
+		h.Done(bs[0], balancer.Result{Err: balancer.ErrNoBackend})
+	}
+	assert.False(t, h.pending.Load())
+	assert.Zero(t, h.failing.Load())
+}
