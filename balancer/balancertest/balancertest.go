@@ -210,7 +210,7 @@ func pickIn(b balancer.Balancer, want map[string]balancer.Backend, n int, keep, 
 
 func update(b balancer.Balancer, bs []balancer.Backend) error {
 	if err := b.Update(bs); err != nil {
-		return fmt.Errorf("Update of a valid set of %d: %w", len(bs), err)
+		return fmt.Errorf("update of a valid set of %d: %w", len(bs), err)
 	}
 	return nil
 }
@@ -715,7 +715,7 @@ func checkNeverBlocks(newBalancer func() balancer.Balancer) error {
 		done, parked, err := parkUpdate(b, next, g)
 		if !parked {
 			if err != nil {
-				return fmt.Errorf("Update of a valid set: %w", err)
+				return fmt.Errorf("update of a valid set: %w", err)
 			}
 			return nil // Update makes fewer than n calls: all tried
 		}
@@ -728,13 +728,13 @@ func checkNeverBlocks(newBalancer func() balancer.Balancer) error {
 		case err := <-pick:
 			if err := member(got, err, members(old, next)); err != nil {
 				_ = finish(g, done)
-				return fmt.Errorf("Pick while an Update was parked in call %d to a backend's ID or Weight: %w", n, err)
+				return fmt.Errorf("pick while an Update was parked in call %d to a backend's ID or Weight: %w", n, err)
 			}
 			fb.Done(got, balancer.Result{Latency: 1e6})
 		case <-time.After(blockedFor):
 			ferr := finish(g, done)
 			<-pick
-			return fmt.Errorf("Pick blocked for %v while an Update was parked in call %d to a backend's ID or Weight (it returned once the Update went on; %v): Pick must never wait for Update", blockedFor, n, ferr)
+			return fmt.Errorf("pick blocked for %v while an Update was parked in call %d to a backend's ID or Weight (it returned once the Update went on; %v): Pick must never wait for Update", blockedFor, n, ferr)
 		}
 		if err := finish(g, done); err != nil {
 			return err
@@ -760,7 +760,7 @@ func checkSerialised(newBalancer func() balancer.Balancer) error {
 	second := backends("s2", 4, true)
 	done1, parked, err := parkUpdate(b, first, g)
 	if !parked {
-		return fmt.Errorf("Update of a valid set of %d never read a backend's ID or Weight (error %v)", len(first), err)
+		return fmt.Errorf("update of a valid set of %d never read a backend's ID or Weight (error %v)", len(first), err)
 	}
 	done2 := goErr(func() error { return b.Update(second) })
 	select {
