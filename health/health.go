@@ -380,7 +380,7 @@ func (h *Balancer) targetChanged(nodes []*node) (changed, panicking bool) {
 // is, so that Avoid keeps its meaning.
 //
 // Cost: the inner Pick and one atomic load; while some backend ramps up,
-// also a map read and a random number, and for a refused pick an inner
+// also a map read and a random number, and for a put-back pick an inner
 // Done and a second inner Pick. No lock, no allocation.
 func (h *Balancer) Pick(req balancer.Request) (balancer.Backend, error) {
 	b, err := h.inner.Pick(req)
@@ -814,7 +814,7 @@ func (h *Balancer) View() View {
 	defer h.mu.Unlock()
 	now := h.s.clock.Now()
 	cur := h.cur.Load()
-	v := View{Backends: make([]Status, len(cur.nodes)), Panic: h.panicking}
+	v := View{Backends: make([]Status, len(cur.nodes)), Panic: h.panicking, InnerErr: h.innerErr}
 	inSet := make(map[*node]bool, len(h.handed))
 	for _, n := range h.handed {
 		inSet[n] = true

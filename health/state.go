@@ -120,4 +120,8 @@ type View struct {
 	// Panic reports that no backend is eligible, so the inner picker has
 	// every backend not drained or in maintenance.
 	Panic bool
+	// InnerErr is the error of the last inner Update the Balancer made on
+	// its own (from Apply or the applier), if it failed: the inner picker
+	// then still has its previous set, until the next change. nil otherwise.
+	InnerErr error
 }
