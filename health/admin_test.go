@@ -222,3 +222,26 @@ func TestSlowStartRePickIsCounted(t *testing.T) {
 		assert.Zero(t, lc.InFlight(b.ID()), "%s: every pick made is finished", b.ID())
 	}
 }
+
+// An inner Update that fails in Apply leaves the inner picker its previous
+// set and shows in View until a later change succeeds.
+func TestInnerUpdateFailureInApply(t *testing.T) {
+	r := newRig(t, nil, health.Config{MaxEjectedPercent: 100}, 3)
+	boom := errors.New("inner: no")
+	r.spy.mu.Lock()
+	r.spy.failure = boom
+	r.spy.mu.Unlock()
+	r.fail(0, 1, errRefused)
+	v := r.h.View()
+	assert.ErrorIs(t, v.InnerErr, boom)
+	assert.Equal(t, health.Ejected, v.Backends[0].State)
+	assert.True(t, v.Backends[0].InSet, "the inner picker keeps its set")
+	assert.Equal(t, r.without(), r.spy.current())
+
+	r.spy.mu.Lock()
+	r.spy.failure = nil
+	r.spy.mu.Unlock()
+	r.fail(1, 1, errRefused)
+	assert.NoError(t, r.h.View().InnerErr)
+	assert.Equal(t, r.without(0, 1), r.spy.current())
+}
