@@ -1,9 +1,20 @@
 // Package bench compares lbkit's algorithms side by side.
 //
-// Today it measures selection cost: BenchmarkPick runs the shared harness of
-// package balancertest over every algorithm, through the balancer.Balancer
-// interface as a proxy holding any picker would call it, for sets of 4, 64
-// and 1024 backends, serial and parallel. Sub-benchmarks are named
+// Algorithms lists the configurations compared. Two comparisons use it:
+//
+//   - How they behave under load, the question that chooses an algorithm:
+//     the scenario simulator, package bench/sim, and its command,
+//     `go run ./bench/cmd/lbsim`. It builds each picker with
+//     Algorithm.Sim, on the simulator's seeded random source and virtual
+//     clock.
+//   - What a pick costs, below.
+//
+// # Selection cost
+//
+// BenchmarkPick runs the shared harness of package balancertest over
+// every algorithm, through the balancer.Balancer interface as a proxy
+// holding any picker would call it, for sets of 4, 64 and 1024 backends,
+// serial and parallel. Sub-benchmarks are named
 // algo=…/weights=…/n=…/mode=…, so benchstat can slice them:
 //
 //	go test -run '^$' -bench . -benchmem ./bench/ | tee new.txt
@@ -13,7 +24,4 @@
 // balancer.Feedback (leastconn, consistent's bounded ring, lrt), since a
 // proxy pays both per request. The keys are client addresses, so the hash
 // pickers' figures include hashing (and, for iphash, parsing) the key.
-//
-// Algorithms lists the configurations compared; the scenario simulator of
-// DESIGN.md will drive the same list.
 package bench

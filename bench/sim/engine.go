@@ -1,0 +1,629 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/bench"
+)
+
+// RefuseTime is how long a connection to a dead backend takes to be
+// refused: a round trip on a local network.
+const RefuseTime = 100 * time.Microsecond
+
+// tickEvery is how often health wrappers apply time-based transitions
+// (ejections ending, slow-start steps) besides after each failure and
+// probe.
+const tickEvery = 100 * time.Millisecond
+
+// endpoint is the Backend the pickers are given: an ID, a weight, and the
+// index of the simulated backend, so that a pick is mapped back without a
+// map lookup.
+type endpoint struct {
+	id     string
+	weight int
+	index  int32
+}
+
+var (
+	_ balancer.Backend  = (*endpoint)(nil)
+	_ balancer.Weighter = (*endpoint)(nil)
+)
+
+func (e *endpoint) ID() string  { return e.id }
+func (e *endpoint) Weight() int { return e.weight }
+
+// server is one simulated backend during a run.
+type server struct {
+	spec     Backend
+	alive    bool
+	busy     int     // requests in service
+	waiting  []int32 // users queued, first come first served, from head
+	head     int
+	inflight int // busy + queued
+	refused  error
+	reset    error
+
+	// Measured.
+	sent, refusals, resets int64
+	peak                   int
+	area                   int64   // ∫ inflight dt, in request·ns
+	last                   int64   // when inflight last changed
+	stepArea               []int64 // area per series step
+	stepSent               []int32
+}
+
+// proxy is one picker instance with its failure handling.
+type proxy struct {
+	bal    balancer.Balancer
+	fb     balancer.Feedback // nil when the picker learns nothing
+	health healthWrapper     // nil without health checks
+}
+
+// user states.
+const (
+	idle     uint8 = iota // thinking, or stopped
+	atServer              // its request is in service or queued at backend
+	refusing              // its connection attempt will be refused
+)
+
+// user is one closed-loop virtual user.
+type user struct {
+	key     string // its client address: the affinity key
+	picked  balancer.Backend
+	start   int64 // when its current request's first attempt was sent
+	sentAt  int64 // when the current attempt was sent
+	token   uint32
+	proxy   int32
+	backend int32
+	attempt int32
+	state   uint8
+	active  bool // the profile wants it
+	running bool // it has a send or a request pending
+}
+
+// engine is one run: a scenario, a variant, an algorithm, a number of
+// proxies and a seed.
+type engine struct {
+	sc      *Scenario
+	variant Variant
+	now     int64
+	end     int64
+	think   int64
+	step    int64
+	q       queue
+	rng     *rand.Rand
+	servers []server
+	proxies []proxy
+	users   []user
+	eps     []*endpoint
+
+	// Measured.
+	latencies         []int64
+	ok, errs, retries int64
+	okBefore, okAfter int64
+	window            [2]int64 // the outage compared, [at, until)
+	hasWindow         bool
+	stepErrs          []int32
+	stepUsers         []int
+	closed            int // steps whose users are recorded
+	activeUsers       int
+}
+
+// Simulate plays one scenario under one variant with one algorithm, its
+// users split over the given number of proxies, and returns what it
+// measured. Runs with the same arguments return the same Result.
+func Simulate(sc Scenario, v Variant, a bench.Algorithm, proxies int, seed uint64) (Result, error) {
+	if err := sc.Validate(); err != nil {
+		return Result{}, err
+	}
+	if proxies < 1 {
+		return Result{}, fmt.Errorf("%w: %d proxies, want at least 1", ErrScenario, proxies)
+	}
+	if a.Sim == nil {
+		return Result{}, fmt.Errorf("sim: algorithm %q has no Sim constructor", a.Name)
+	}
+	e, err := newEngine(&sc, v, a, proxies, seed)
+	if err != nil {
+		return Result{}, err
+	}
+	e.run()
+	return e.result(a.Name, proxies), nil
+}
+
+func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uint64) (*engine, error) {
+	length := int64(sc.Length())
+	peak := sc.PeakUsers()
+	e := &engine{
+		sc:      sc,
+		variant: v,
+		end:     length,
+		think:   int64(sc.Think),
+		step:    int64(seriesStep(sc.Length())),
+		rng:     rand.New(rand.NewPCG(seed, 1)),
+		servers: make([]server, len(sc.Backends)),
+		proxies: make([]proxy, proxies),
+		users:   make([]user, peak),
+		eps:     make([]*endpoint, len(sc.Backends)),
+	}
+	e.q.ev = make([]event, 0, peak+2*len(sc.Stages)+4*len(sc.Backends)+2*proxies+16)
+	steps := int((length + e.step - 1) / e.step)
+	e.stepErrs = make([]int32, steps)
+	e.stepUsers = make([]int, steps)
+	if o, ok := sc.FirstOutage(); ok {
+		e.hasWindow = true
+		e.window = [2]int64{int64(o.At), length}
+		if o.Until != 0 {
+			e.window[1] = min(int64(o.Until), length)
+		}
+	}
+
+	bs := make([]balancer.Backend, len(sc.Backends))
+	for i := range sc.Backends {
+		spec := sc.Backends[i]
+		s := &e.servers[i]
+		s.spec = spec
+		s.alive = true
+		id := sc.ID(i)
+		s.refused = fmt.Errorf("sim: dial %s: connect: %w", id, syscall.ECONNREFUSED)
+		s.reset = fmt.Errorf("sim: read %s: %w", id, syscall.ECONNRESET)
+		s.stepArea = make([]int64, steps)
+		s.stepSent = make([]int32, steps)
+		w := 1
+		if a.Weighted && spec.Weight > 0 {
+			w = spec.Weight
+		}
+		e.eps[i] = &endpoint{id: id, weight: w, index: int32(i)}
+		bs[i] = e.eps[i]
+		for _, o := range spec.Down {
+			e.q.push(int64(o.At), evKill, int32(i), 0)
+			if o.Until != 0 && int64(o.Until) < length {
+				e.q.push(int64(o.Until), evRevive, int32(i), 0)
+			}
+		}
+	}
+
+	// Virtual time zero reads as 2025-01-01 on the pickers' clocks.
+	epoch := time.Date(2025, time.January, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return epoch.Add(time.Duration(e.now)) }
+	for p := range e.proxies {
+		src := rand.New(rand.NewPCG(seed, uint64(2+p)))
+		inner := a.Sim(src.Uint64, clock)
+		px := &e.proxies[p]
+		px.bal = inner
+		if v.Health() {
+			h, err := newHealth(inner, v, sc.Interval(), clock, src.Uint64)
+			if err != nil {
+				return nil, err
+			}
+			px.bal, px.health = h, h
+		}
+		px.fb, _ = px.bal.(balancer.Feedback)
+		if err := px.bal.Update(bs); err != nil {
+			return nil, fmt.Errorf("sim: %s: update: %w", a.Name, err)
+		}
+		if v&Active != 0 {
+			// Each proxy checks on its own phase, as a fleet started at
+			// different times would.
+			e.q.push(e.rng.Int64N(int64(sc.Interval())), evProbe, int32(p), 0)
+		}
+	}
+	if v.Health() {
+		e.q.push(int64(tickEvery), evTick, 0, 0)
+	}
+
+	for u := range e.users {
+		// Client addresses 10.1.0.1, 10.1.0.2, ...: distinct for iphash,
+		// spread over /24s so that a prefix mode still sees many clients.
+		e.users[u] = user{
+			key:     fmt.Sprintf("10.%d.%d.%d", 1+u>>16, (u>>8)&0xff, 1+u&0xff),
+			proxy:   int32(u % proxies),
+			backend: -1,
+		}
+	}
+	e.scheduleProfile()
+	e.latencies = make([]int64, 0, e.expectedRequests())
+	return e, nil
+}
+
+// seriesStep is the shortest of a few round steps that cuts length into
+// at most 300 samples.
+func seriesStep(length time.Duration) time.Duration {
+	for _, s := range []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+		time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute} {
+		if length <= 300*s {
+			return s
+		}
+	}
+	return length / 300
+}
+
+// expectedRequests guesses the number of successful requests, to size the
+// latency buffer once: users × length / (think + mean service time).
+func (e *engine) expectedRequests() int {
+	var mean float64
+	for _, b := range e.sc.Backends {
+		mean += float64(b.Latency)
+	}
+	mean /= float64(len(e.sc.Backends))
+	var userTime float64 // ∫ users dt, in user·ns, for linear stages
+	prev := float64(e.sc.Users)
+	for _, st := range e.sc.Stages {
+		userTime += (prev + float64(st.Target)) / 2 * float64(st.Duration)
+		prev = float64(st.Target)
+	}
+	n := userTime / (float64(e.think) + mean)
+	return int(min(n*1.1+64, 1<<22)) // append grows it past 4M
+}
+
+// scheduleProfile schedules the first sends of the users present at time
+// zero, spread over one think time, and the users the stages add and
+// remove: user k joins when a rising ramp reaches k+1 users and leaves when
+// a falling one drops to k, the last to join first to leave.
+func (e *engine) scheduleProfile() {
+	n := e.sc.Users
+	for u := range n {
+		e.users[u].active, e.users[u].running = true, true
+		e.q.push(int64(u)*e.think/int64(n), evSend, int32(u), 0)
+	}
+	e.activeUsers = n
+	var t0 int64
+	a := n
+	for _, st := range e.sc.Stages {
+		d := int64(st.Duration)
+		b := st.Target
+		for k := a; k < b; k++ {
+			e.q.push(t0+d*int64(k+1-a)/int64(b-a), evOn, int32(k), 0)
+		}
+		for k := a - 1; k >= b; k-- {
+			e.q.push(t0+d*int64(a-k)/int64(a-b), evOff, int32(k), 0)
+		}
+		t0 += d
+		a = b
+	}
+}
+
+func (e *engine) run() {
+	for len(e.q.ev) > 0 {
+		ev := e.q.pop()
+		if ev.at >= e.end {
+			break
+		}
+		e.advanceUsers(ev.at)
+		e.now = ev.at
+		switch ev.kind {
+		case evSend:
+			e.send(ev.arg)
+		case evFinish:
+			e.finish(ev.arg, ev.token)
+		case evRefused:
+			e.refused(ev.arg, ev.token)
+		case evOn:
+			e.on(ev.arg)
+		case evOff:
+			e.users[ev.arg].active = false
+			e.activeUsers--
+		case evKill:
+			e.kill(ev.arg)
+		case evRevive:
+			e.servers[ev.arg].alive = true
+		case evProbe:
+			e.probe(ev.arg)
+		case evTick:
+			e.apply()
+			e.q.push(e.now+int64(tickEvery), evTick, 0, 0)
+		}
+	}
+	for ; e.closed < len(e.stepUsers); e.closed++ {
+		e.stepUsers[e.closed] = e.activeUsers
+	}
+	e.now = e.end
+	for i := range e.servers {
+		e.servers[i].account(e.end, e.step)
+	}
+}
+
+// advanceUsers records the active users at the end of every step that
+// closes before t; events at a step's very end count in it.
+func (e *engine) advanceUsers(t int64) {
+	for ; e.closed < len(e.stepUsers) && int64(e.closed+1)*e.step < t; e.closed++ {
+		e.stepUsers[e.closed] = e.activeUsers
+	}
+}
+
+func (e *engine) on(u int32) {
+	us := &e.users[u]
+	us.active = true
+	e.activeUsers++
+	if !us.running {
+		us.running = true
+		e.q.push(e.now, evSend, u, 0)
+	}
+}
+
+// send starts a new request for user u, if the profile still wants it.
+func (e *engine) send(u int32) {
+	us := &e.users[u]
+	if !us.active {
+		us.running = false
+		return
+	}
+	us.start = e.now
+	us.attempt = 0
+	e.attempt(u, balancer.Request{Key: us.key})
+}
+
+// attempt picks a backend for user u's request and sends it there.
+func (e *engine) attempt(u int32, req balancer.Request) {
+	us := &e.users[u]
+	b, err := e.proxies[us.proxy].bal.Pick(req)
+	if err != nil {
+		e.fail(u)
+		return
+	}
+	ep := b.(*endpoint)
+	s := &e.servers[ep.index]
+	s.sent++
+	s.stepSent[e.now/e.step]++
+	us.picked = b
+	us.backend = ep.index
+	us.sentAt = e.now
+	us.token++
+	if !s.alive {
+		us.state = refusing
+		e.q.push(e.now+int64(RefuseTime), evRefused, u, us.token)
+		return
+	}
+	us.state = atServer
+	s.account(e.now, e.step)
+	s.inflight++
+	s.peak = max(s.peak, s.inflight)
+	if s.spec.Capacity == 0 || s.busy < s.spec.Capacity {
+		s.busy++
+		e.q.push(e.now+e.serviceTime(s), evFinish, u, us.token)
+		return
+	}
+	s.waiting = append(s.waiting, u)
+}
+
+// serviceTime draws one service time of s, at least a nanosecond.
+func (e *engine) serviceTime(s *server) int64 {
+	l := int64(s.spec.Latency)
+	switch {
+	case s.spec.Jitter > 0:
+		j := int64(s.spec.Jitter)
+		return l - j + e.rng.Int64N(2*j+1)
+	case s.spec.Sigma > 0:
+		return max(1, int64(float64(l)*math.Exp(s.spec.Sigma*e.rng.NormFloat64())))
+	}
+	return l
+}
+
+// finish is a backend's answer to user u's attempt.
+func (e *engine) finish(u int32, token uint32) {
+	us := &e.users[u]
+	if us.token != token || us.state != atServer {
+		return // the attempt failed when its backend died
+	}
+	s := &e.servers[us.backend]
+	s.account(e.now, e.step)
+	s.inflight--
+	s.busy--
+	if s.head < len(s.waiting) {
+		next := s.waiting[s.head]
+		s.head++
+		if s.head == len(s.waiting) {
+			s.waiting, s.head = s.waiting[:0], 0
+		}
+		s.busy++
+		e.q.push(e.now+e.serviceTime(s), evFinish, next, e.users[next].token)
+	}
+	e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt)})
+	lat := e.now - us.start
+	e.latencies = append(e.latencies, lat)
+	e.ok++
+	if e.hasWindow {
+		if e.now < e.window[0] {
+			e.okBefore++
+		} else if e.now < e.window[1] {
+			e.okAfter++
+		}
+	}
+	e.rest(u)
+}
+
+// refused ends user u's attempt on a dead backend, and retries it on
+// another when the variant says so.
+func (e *engine) refused(u int32, token uint32) {
+	us := &e.users[u]
+	if us.token != token || us.state != refusing {
+		return
+	}
+	s := &e.servers[us.backend]
+	s.refusals++
+	failed := us.picked.ID()
+	e.done(us, balancer.Result{Latency: RefuseTime, Err: s.refused})
+	e.apply()
+	if e.variant&Retry != 0 && us.attempt+1 < MaxAttempts {
+		us.attempt++
+		e.retries++
+		e.attempt(u, balancer.Request{Key: us.key, Attempt: int(us.attempt), Avoid: failed})
+		return
+	}
+	e.fail(u)
+}
+
+// kill makes backend i dead: the requests at it fail, in user order.
+func (e *engine) kill(i int32) {
+	s := &e.servers[i]
+	if !s.alive {
+		return
+	}
+	s.alive = false
+	s.account(e.now, e.step)
+	for u := range e.users {
+		us := &e.users[u]
+		if us.state != atServer || us.backend != i {
+			continue
+		}
+		us.token++ // its pending answer, if any, is void
+		s.resets++
+		e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt), Err: s.reset})
+		e.fail(int32(u))
+	}
+	s.inflight, s.busy = 0, 0
+	s.waiting, s.head = s.waiting[:0], 0
+	e.apply()
+}
+
+// done reports the end of user us's attempt to its proxy's picker.
+func (e *engine) done(us *user, r balancer.Result) {
+	us.state = idle
+	if fb := e.proxies[us.proxy].fb; fb != nil {
+		fb.Done(us.picked, r)
+	}
+	us.picked = nil
+}
+
+// fail ends user u's request with an error; it thinks and sends again.
+func (e *engine) fail(u int32) {
+	e.errs++
+	e.stepErrs[e.now/e.step]++
+	e.rest(u)
+}
+
+// rest schedules user u's next request after its think time.
+func (e *engine) rest(u int32) {
+	us := &e.users[u]
+	us.state = idle
+	us.backend = -1
+	e.q.push(e.now+e.think, evSend, u, 0)
+}
+
+// probe is one round of active checks by proxy p: a live backend passes,
+// a dead one fails with a refused connection.
+func (e *engine) probe(p int32) {
+	h := e.proxies[p].health
+	for i := range e.servers {
+		var err error
+		if !e.servers[i].alive {
+			err = e.servers[i].refused
+		}
+		h.Observe(e.eps[i].id, err)
+	}
+	h.Apply()
+	e.q.push(e.now+int64(e.sc.Interval()), evProbe, p, 0)
+}
+
+// apply lets every health wrapper apply what is pending.
+func (e *engine) apply() {
+	for _, p := range e.proxies {
+		if p.health != nil {
+			p.health.Apply()
+		}
+	}
+}
+
+// account adds the in-flight area since the last change, split over the
+// series steps it spans.
+func (s *server) account(now, step int64) {
+	if s.inflight > 0 {
+		n := int64(s.inflight)
+		s.area += n * (now - s.last)
+		for t := s.last; t < now; {
+			k := t / step
+			next := min((k+1)*step, now)
+			if k < int64(len(s.stepArea)) {
+				s.stepArea[k] += n * (next - t)
+			}
+			t = next
+		}
+	}
+	s.last = now
+}
+
+func (e *engine) result(algo string, proxies int) Result {
+	r := Result{
+		Algorithm: algo,
+		Variant:   e.variant,
+		Proxies:   proxies,
+		Length:    time.Duration(e.end),
+		Requests:  e.ok,
+		Errors:    e.errs,
+		Retries:   e.retries,
+		RPS:       float64(e.ok) / time.Duration(e.end).Seconds(),
+		Backends:  make([]BackendResult, len(e.servers)),
+	}
+	if n := len(e.latencies); n > 0 {
+		slices.Sort(e.latencies)
+		var sum int64
+		for _, l := range e.latencies {
+			sum += l
+		}
+		r.Mean = time.Duration(sum / int64(n))
+		r.Median = time.Duration(rank(e.latencies, 0.50))
+		r.P95 = time.Duration(rank(e.latencies, 0.95))
+		r.P99 = time.Duration(rank(e.latencies, 0.99))
+	}
+	var sent int64
+	for i := range e.servers {
+		sent += e.servers[i].sent
+	}
+	steps := len(e.stepErrs)
+	r.Series = Series{
+		Step:     time.Duration(e.step),
+		Users:    e.stepUsers,
+		InFlight: make([][]float64, len(e.servers)),
+		RPS:      make([][]float64, len(e.servers)),
+		Errors:   make([]float64, steps),
+	}
+	perSec := float64(time.Second) / float64(e.step)
+	for k, n := range e.stepErrs {
+		r.Series.Errors[k] = float64(n) * perSec
+	}
+	for i := range e.servers {
+		s := &e.servers[i]
+		b := BackendResult{
+			Sent:         s.sent,
+			Refused:      s.refusals,
+			Reset:        s.resets,
+			MeanInFlight: float64(s.area) / float64(e.end),
+			PeakInFlight: s.peak,
+		}
+		if sent > 0 {
+			b.Share = float64(s.sent) / float64(sent)
+		}
+		r.Backends[i] = b
+		in := make([]float64, steps)
+		rps := make([]float64, steps)
+		for k := range steps {
+			span := min(int64(k+1)*e.step, e.end) - int64(k)*e.step
+			in[k] = float64(s.stepArea[k]) / float64(span)
+			rps[k] = float64(s.stepSent[k]) * float64(time.Second) / float64(span)
+		}
+		r.Series.InFlight[i], r.Series.RPS[i] = in, rps
+	}
+	if e.hasWindow {
+		o, _ := e.sc.FirstOutage()
+		f := &FailureResult{Outage: o}
+		if e.window[0] > 0 {
+			f.Before = float64(e.okBefore) / time.Duration(e.window[0]).Seconds()
+		}
+		if d := e.window[1] - e.window[0]; d > 0 {
+			f.After = float64(e.okAfter) / time.Duration(d).Seconds()
+		}
+		r.Failure = f
+	}
+	return r
+}
+
+// rank returns the nearest-rank p-quantile of sorted xs.
+func rank(xs []int64, p float64) int64 {
+	i := int(math.Ceil(p*float64(len(xs)))) - 1
+	return xs[max(i, 0)]
+}

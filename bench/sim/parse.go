@@ -1,0 +1,122 @@
+package sim
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ParseBackends parses a backend list, the syntax of lbsim's -backends:
+// backends separated by commas, each a latency followed by options
+// separated by colons.
+//
+//	50ms,150ms,300ms,500ms             four backends, fixed service times
+//	50ms:w=6:c=8,150ms:w=3:c=8         weights 6 and 3, 8 requests at once each
+//	50ms:j=10ms                        uniform in [40ms, 60ms]
+//	50ms:s=0.5                         lognormal, median 50ms, sigma 0.5
+//	50ms:down=1m,150ms                 the first dies at 1m and stays dead
+//	50ms:down=1m-1m30s:down=2m-2m10s   dead twice
+//	50ms:name=fast                     "fast" in tables
+//
+// Options: w= weight (Backend.Weight), c= capacity (Backend.Capacity), j=
+// jitter (Backend.Jitter), s= sigma (Backend.Sigma), down=AT or AT-UNTIL
+// (Backend.Down, repeatable), name= label (Backend.Name). Durations use Go's
+// syntax (time.ParseDuration). Errors wrap ErrScenario; values are checked
+// further by Scenario.Validate.
+func ParseBackends(spec string) ([]Backend, error) {
+	if strings.TrimSpace(spec) == "" {
+		return nil, fmt.Errorf("%w: empty backend list", ErrScenario)
+	}
+	var out []Backend
+	for i, item := range strings.Split(spec, ",") {
+		b, err := parseBackend(strings.TrimSpace(item))
+		if err != nil {
+			return nil, fmt.Errorf("%w: backend %d %q: %v", ErrScenario, i+1, item, err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func parseBackend(item string) (Backend, error) {
+	parts := strings.Split(item, ":")
+	var b Backend
+	var err error
+	if b.Latency, err = time.ParseDuration(parts[0]); err != nil {
+		return b, fmt.Errorf("latency: %v", err)
+	}
+	for _, opt := range parts[1:] {
+		key, val, ok := strings.Cut(opt, "=")
+		if !ok {
+			return b, fmt.Errorf("option %q: want key=value", opt)
+		}
+		switch key {
+		case "w":
+			b.Weight, err = strconv.Atoi(val)
+		case "c":
+			b.Capacity, err = strconv.Atoi(val)
+		case "j":
+			b.Jitter, err = time.ParseDuration(val)
+		case "s":
+			b.Sigma, err = strconv.ParseFloat(val, 64)
+		case "name":
+			b.Name = val
+		case "down":
+			var o Outage
+			at, until, ranged := strings.Cut(val, "-")
+			if o.At, err = time.ParseDuration(at); err == nil && ranged {
+				o.Until, err = time.ParseDuration(until)
+			}
+			b.Down = append(b.Down, o)
+		default:
+			return b, fmt.Errorf("unknown option %q (want w, c, j, s, down or name)", key)
+		}
+		if err != nil {
+			return b, fmt.Errorf("option %s: %v", key, err)
+		}
+	}
+	return b, nil
+}
+
+// ParseStages parses a user profile, the syntax of lbsim's -stages: an
+// optional number of users at time zero, then stages DURATION:TARGET
+// separated by commas. Without the leading number the profile starts at the
+// first stage's target.
+//
+//	3m:100                        100 users for 3 minutes
+//	0,1m:100,2m:100               a ramp from 0 to 100 over a minute, then 2 minutes at 100
+//	20s:10,30s:250,40s:250,30s:10 the burst profile without its last hold
+//
+// It returns the users at time zero and the stages. Errors wrap
+// ErrScenario.
+func ParseStages(spec string) (int, []Stage, error) {
+	items := strings.Split(spec, ",")
+	start := -1
+	if n, err := strconv.Atoi(strings.TrimSpace(items[0])); err == nil {
+		start, items = n, items[1:]
+	}
+	if len(items) == 0 {
+		return 0, nil, fmt.Errorf("%w: stages %q: no DURATION:TARGET stage", ErrScenario, spec)
+	}
+	stages := make([]Stage, 0, len(items))
+	for i, item := range items {
+		d, n, ok := strings.Cut(strings.TrimSpace(item), ":")
+		if !ok {
+			return 0, nil, fmt.Errorf("%w: stage %d %q: want DURATION:TARGET", ErrScenario, i+1, item)
+		}
+		var st Stage
+		var err error
+		if st.Duration, err = time.ParseDuration(d); err != nil {
+			return 0, nil, fmt.Errorf("%w: stage %d %q: %v", ErrScenario, i+1, item, err)
+		}
+		if st.Target, err = strconv.Atoi(n); err != nil {
+			return 0, nil, fmt.Errorf("%w: stage %d %q: target: %v", ErrScenario, i+1, item, err)
+		}
+		stages = append(stages, st)
+	}
+	if start < 0 {
+		start = stages[0].Target
+	}
+	return start, stages, nil
+}

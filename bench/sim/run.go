@@ -1,0 +1,135 @@
+package sim
+
+import (
+	"fmt"
+	"hash/fnv"
+	"runtime"
+	"sync"
+
+	"github.com/lbkit/lbkit/bench"
+)
+
+// Options tunes Run. The zero value runs with seed 0, one proxy, one
+// worker per CPU and no progress report.
+type Options struct {
+	// Seed makes the runs repeatable: the same seed gives the same Report.
+	Seed uint64
+	// Proxies lists the numbers of independent picker instances to split
+	// the users over; each scenario is played once per entry. Empty means
+	// [1].
+	Proxies []int
+	// Workers is the number of runs played at once; zero means
+	// runtime.GOMAXPROCS(0). The Report does not depend on it.
+	Workers int
+	// Progress, if not nil, is called after each run with the number of
+	// runs done, the total and the run just done ("steady/none/rr"), from
+	// one goroutine at a time.
+	Progress func(done, total int, run string)
+}
+
+// Run plays every scenario, for each number of proxies, under each of its
+// variants, with every algorithm, and returns the Report. It validates all
+// scenarios before it starts; errors wrap ErrScenario for bad input.
+func Run(scenarios []Scenario, algos []bench.Algorithm, opt Options) (*Report, error) {
+	proxies := opt.Proxies
+	if len(proxies) == 0 {
+		proxies = []int{1}
+	}
+	for _, m := range proxies {
+		if m < 1 {
+			return nil, fmt.Errorf("%w: %d proxies, want at least 1", ErrScenario, m)
+		}
+	}
+	if len(algos) == 0 {
+		return nil, fmt.Errorf("%w: no algorithms", ErrScenario)
+	}
+	for i := range scenarios {
+		if err := scenarios[i].Validate(); err != nil {
+			return nil, err
+		}
+	}
+
+	type job struct {
+		report, result int
+		sc             Scenario
+		v              Variant
+		a              bench.Algorithm
+		proxies        int
+		seed           uint64
+	}
+	rep := &Report{Seed: opt.Seed, Source: "simulation"}
+	var jobs []job
+	for _, m := range proxies {
+		for _, sc := range scenarios {
+			sr := ScenarioReport{Scenario: sc, Proxies: m}
+			seed := jobSeed(opt.Seed, sc.Name, m)
+			for _, v := range sc.RunVariants() {
+				for _, a := range algos {
+					jobs = append(jobs, job{len(rep.Scenarios), len(sr.Results), sc, v, a, m, seed})
+					sr.Results = append(sr.Results, Result{})
+				}
+			}
+			rep.Scenarios = append(rep.Scenarios, sr)
+		}
+	}
+
+	workers := opt.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	next := make(chan job)
+	type outcome struct {
+		j   job
+		r   Result
+		err error
+	}
+	out := make(chan outcome)
+	var wg sync.WaitGroup
+	for range min(workers, len(jobs)) {
+		wg.Go(func() {
+			for j := range next {
+				r, err := Simulate(j.sc, j.v, j.a, j.proxies, j.seed)
+				out <- outcome{j, r, err}
+			}
+		})
+	}
+	go func() {
+		defer close(next)
+		for _, j := range jobs {
+			next <- j
+		}
+	}()
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	var first error
+	done := 0
+	for o := range out {
+		done++
+		if o.err != nil {
+			if first == nil {
+				first = o.err
+			}
+			continue
+		}
+		rep.Scenarios[o.j.report].Results[o.j.result] = o.r
+		if opt.Progress != nil {
+			opt.Progress(done, len(jobs), fmt.Sprintf("%s/%v/%s", o.j.sc.Name, o.j.v, o.j.a.Name))
+		}
+	}
+	if first != nil {
+		return nil, first
+	}
+	return rep, nil
+}
+
+// jobSeed derives the seed of one scenario's runs from the seed given, so
+// that a scenario's figures do not depend on which others are run, and
+// every variant and algorithm of it meets the same random draws as far as
+// their choices let them.
+func jobSeed(seed uint64, scenario string, proxies int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s/%d", seed, scenario, proxies)
+	return h.Sum64()
+}

@@ -1,0 +1,487 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/lbkit/lbkit/balancer"
+)
+
+// ErrScenario is wrapped by every error about a malformed scenario,
+// backend list, stage profile or variant, so that a command can tell bad
+// input from a failed run with errors.Is.
+var ErrScenario = errors.New("sim: bad scenario")
+
+// Defaults of the scenarios built by Defaults, the study's.
+const (
+	// DefaultThink is the time a virtual user waits between an answer and
+	// its next request.
+	DefaultThink = 100 * time.Millisecond
+	// DefaultCapacity is the number of requests a backend of the -cap
+	// scenarios serves at once; the rest queue.
+	DefaultCapacity = 16
+	// DefaultCheckInterval is the time between two active health checks of
+	// a backend by one proxy, when a Scenario leaves CheckInterval zero.
+	DefaultCheckInterval = 5 * time.Second
+	// DefaultKillAt is when the failure scenarios kill their first backend.
+	DefaultKillAt = time.Minute
+	// MaxUsers bounds the virtual users of one scenario (memory grows with
+	// them).
+	MaxUsers = 1_000_000
+)
+
+// Scenario is the plain description of one experiment: the backends, the
+// users and their profile, and the failure handling compared. It holds no
+// state of a run, so that the simulator and a live runner can both play it.
+// The zero values of Think and CheckInterval are not defaults: Think zero
+// means users send again at once; CheckInterval zero means
+// DefaultCheckInterval.
+type Scenario struct {
+	// Name is short and stable: it names the scenario on the command line
+	// and heads its table.
+	Name string
+	// Backends are the upstreams, in table order.
+	Backends []Backend
+	// Users is the number of virtual users at time zero. They send their
+	// first requests spread evenly over one Think time.
+	Users int
+	// Stages is the user profile after time zero, as in k6: each stage
+	// moves the number of users linearly from the previous target (Users
+	// for the first) to its Target over its Duration. The scenario lasts
+	// the sum of the durations.
+	Stages []Stage
+	// Think is the time a user waits between an answer (or an error) and
+	// its next request.
+	Think time.Duration
+	// Variants are the kinds of failure handling compared; empty means
+	// the bare picker only (None).
+	Variants []Variant
+	// CheckInterval is the time between two active checks of a backend,
+	// for variants with Active. Zero means DefaultCheckInterval.
+	CheckInterval time.Duration
+}
+
+// Backend describes one simulated upstream. Its service time is Latency,
+// varied by Jitter or Sigma (at most one of the two).
+type Backend struct {
+	// Name labels the backend in tables and charts; empty: its latency,
+	// such as "50ms".
+	Name string
+	// Addr is the ID the pickers see; empty: "10.0.0.<n>:8080" for the
+	// n-th backend. The hash pickers place backends by it.
+	Addr string
+	// Latency is the median time the backend takes to serve one request,
+	// once it has started on it.
+	Latency time.Duration
+	// Jitter, when positive, draws each service time uniformly from
+	// [Latency−Jitter, Latency+Jitter]. It must be below Latency.
+	Jitter time.Duration
+	// Sigma, when positive, draws each service time from a lognormal
+	// distribution of median Latency and shape Sigma: Latency·e^(Sigma·Z),
+	// Z standard normal. Its mean is Latency·e^(Sigma²/2).
+	Sigma float64
+	// Weight is what pickers that use weights see (wrr); zero means 1.
+	Weight int
+	// Capacity is the number of requests served at once; the rest wait
+	// in a first-come, first-served queue. Zero means unlimited.
+	Capacity int
+	// Down lists the times the backend is dead: connections are refused,
+	// and requests in flight when it dies fail.
+	Down []Outage
+}
+
+// Outage is a span during which a backend is dead, in time since the
+// scenario started.
+type Outage struct {
+	// At is when the backend dies.
+	At time.Duration
+	// Until is when it comes back; zero means never.
+	Until time.Duration
+}
+
+// Stage is one step of a user profile: the number of users moves linearly
+// to Target over Duration.
+type Stage struct {
+	Duration time.Duration
+	Target   int
+}
+
+// Variant is a set of failure-handling features wrapped around the picker.
+// Health checks use package health; retries are the caller's, as in a real
+// proxy.
+type Variant uint8
+
+const (
+	// Active adds active checks: every CheckInterval each proxy probes each
+	// backend and feeds the result to its health wrapper.
+	Active Variant = 1 << iota
+	// Passive adds passive ejection: the health wrapper sees every Done,
+	// ejects a backend at once on a refused connection and after
+	// consecutive failures otherwise.
+	Passive
+	// Retry retries a refused connection on another backend, as a proxy
+	// does: Attempt+1 and Avoid set to the backend that refused, up to
+	// MaxAttempts attempts in all. Requests that failed after they were
+	// sent are not retried.
+	Retry
+	// None is the bare picker.
+	None Variant = 0
+)
+
+// MaxAttempts is the number of attempts a request gets with Retry.
+const MaxAttempts = 3
+
+// Health reports whether v needs the health wrapper.
+func (v Variant) Health() bool { return v&(Active|Passive) != 0 }
+
+// String returns the features joined by '+', such as "active+passive", or
+// "none".
+func (v Variant) String() string {
+	if v == None {
+		return "none"
+	}
+	var parts []string
+	for f := Active; f <= Retry; f <<= 1 {
+		if v&f != 0 {
+			parts = append(parts, f.feature())
+		}
+	}
+	if rest := v &^ (Active | Passive | Retry); rest != 0 {
+		parts = append(parts, fmt.Sprintf("0x%x", uint8(rest)))
+	}
+	return strings.Join(parts, "+")
+}
+
+// feature names a single feature.
+func (v Variant) feature() string {
+	switch v {
+	case Active:
+		return "active"
+	case Passive:
+		return "passive"
+	case Retry:
+		return "retry"
+	}
+	return ""
+}
+
+// ParseVariant parses what String returns: "none", or features among
+// "active", "passive" and "retry" joined by '+'.
+func ParseVariant(s string) (Variant, error) {
+	if s == "none" {
+		return None, nil
+	}
+	var v Variant
+next:
+	for _, part := range strings.Split(s, "+") {
+		for f := Active; f <= Retry; f <<= 1 {
+			if part == f.feature() {
+				v |= f
+				continue next
+			}
+		}
+		return 0, fmt.Errorf("%w: variant %q: want none, or active, passive and retry joined by '+'", ErrScenario, s)
+	}
+	return v, nil
+}
+
+// FailureVariants are the failure handling compared by the failure
+// scenarios: the bare picker, active checks (the study's setup), plus
+// passive ejection, plus retries of refused connections.
+func FailureVariants() []Variant {
+	return []Variant{None, Active, Active | Passive, Active | Passive | Retry}
+}
+
+// StudyBackends returns the study's four backends: 50, 150, 300 and 500 ms
+// with weights 6:3:2:1, unlimited capacity, no outage.
+func StudyBackends() []Backend {
+	return []Backend{
+		{Latency: 50 * time.Millisecond, Weight: 6},
+		{Latency: 150 * time.Millisecond, Weight: 3},
+		{Latency: 300 * time.Millisecond, Weight: 2},
+		{Latency: 500 * time.Millisecond, Weight: 1},
+	}
+}
+
+// Defaults returns the six default scenarios over bs (nil: StudyBackends),
+// each with its own copy of the backends:
+//
+//   - steady: 100 users for 3 minutes.
+//   - burst: 10 users for 20 s, a ramp to 250 over 30 s, 250 for 40 s, a
+//     ramp back to 10 over 30 s, 10 for 20 s.
+//   - failure: steady, with the first backend killed at 1 minute (unless
+//     some backend of bs already has an outage), compared under
+//     FailureVariants with active checks every 5 s.
+//   - steady-cap, burst-cap, failure-cap: the same with every backend
+//     whose Capacity is zero serving DefaultCapacity requests at once.
+//
+// Think time is DefaultThink throughout.
+func Defaults(bs []Backend) []Scenario {
+	if bs == nil {
+		bs = StudyBackends()
+	}
+	steady := []Stage{{3 * time.Minute, 100}}
+	burst := []Stage{{20 * time.Second, 10}, {30 * time.Second, 250}, {40 * time.Second, 250}, {30 * time.Second, 10}, {20 * time.Second, 10}}
+	var out []Scenario
+	for _, capped := range []bool{false, true} {
+		suffix := ""
+		if capped {
+			suffix = "-cap"
+		}
+		mk := func(name string, users int, stages []Stage, failing bool) Scenario {
+			s := Scenario{Name: name + suffix, Backends: cloneBackends(bs), Users: users, Stages: stages, Think: DefaultThink}
+			if capped {
+				for i := range s.Backends {
+					if s.Backends[i].Capacity == 0 {
+						s.Backends[i].Capacity = DefaultCapacity
+					}
+				}
+			}
+			if failing {
+				s.Variants = FailureVariants()
+				s.CheckInterval = DefaultCheckInterval
+				if !s.hasOutage() && len(s.Backends) > 0 {
+					s.Backends[0].Down = []Outage{{At: DefaultKillAt}}
+				}
+			}
+			return s
+		}
+		out = append(out,
+			mk("steady", 100, steady, false),
+			mk("burst", 10, burst, false),
+			mk("failure", 100, steady, true))
+	}
+	return out
+}
+
+func cloneBackends(bs []Backend) []Backend {
+	out := make([]Backend, len(bs))
+	for i, b := range bs {
+		out[i] = b
+		out[i].Down = append([]Outage(nil), b.Down...)
+	}
+	return out
+}
+
+func (s *Scenario) hasOutage() bool {
+	for _, b := range s.Backends {
+		if len(b.Down) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Length returns how long the scenario lasts: the sum of its stages.
+func (s *Scenario) Length() time.Duration {
+	var d time.Duration
+	for _, st := range s.Stages {
+		d += st.Duration
+	}
+	return d
+}
+
+// PeakUsers returns the largest number of users the profile reaches.
+func (s *Scenario) PeakUsers() int {
+	n := s.Users
+	for _, st := range s.Stages {
+		n = max(n, st.Target)
+	}
+	return n
+}
+
+// FirstOutage returns the earliest outage of any backend, and false if
+// there is none. The report compares throughput before and after it.
+func (s *Scenario) FirstOutage() (Outage, bool) {
+	var first Outage
+	found := false
+	for _, b := range s.Backends {
+		for _, o := range b.Down {
+			if !found || o.At < first.At {
+				first, found = o, true
+			}
+		}
+	}
+	return first, found
+}
+
+// Label returns the i-th backend's name: its Name, or its latency, followed
+// by "#<i+1>" when another backend has the same one.
+func (s *Scenario) Label(i int) string {
+	name := s.Backends[i].label()
+	for j := range s.Backends {
+		if j != i && s.Backends[j].label() == name {
+			return fmt.Sprintf("%s#%d", name, i+1)
+		}
+	}
+	return name
+}
+
+func (b *Backend) label() string {
+	if b.Name != "" {
+		return b.Name
+	}
+	return b.Latency.String()
+}
+
+// ID returns the i-th backend's ID as pickers see it: its Addr, or
+// "10.0.0.<i+1>:8080".
+func (s *Scenario) ID(i int) string {
+	if s.Backends[i].Addr != "" {
+		return s.Backends[i].Addr
+	}
+	return fmt.Sprintf("10.0.%d.%d:8080", (i+1)/256, (i+1)%256)
+}
+
+// Interval returns CheckInterval, or DefaultCheckInterval when it is zero.
+func (s *Scenario) Interval() time.Duration {
+	if s.CheckInterval == 0 {
+		return DefaultCheckInterval
+	}
+	return s.CheckInterval
+}
+
+// RunVariants returns Variants, or [None] when it is empty.
+func (s *Scenario) RunVariants() []Variant {
+	if len(s.Variants) == 0 {
+		return []Variant{None}
+	}
+	return s.Variants
+}
+
+// Validate reports the first thing wrong with s, wrapping ErrScenario.
+func (s *Scenario) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrScenario, s.Name, fmt.Sprintf(format, args...))
+	}
+	if s.Name == "" {
+		return fmt.Errorf("%w: empty name", ErrScenario)
+	}
+	if len(s.Backends) == 0 {
+		return bad("no backends")
+	}
+	if len(s.Stages) == 0 {
+		return bad("no stages: the scenario would last no time")
+	}
+	if s.Users < 0 {
+		return bad("negative users %d", s.Users)
+	}
+	if s.PeakUsers() == 0 {
+		return bad("no users at any time")
+	}
+	if s.PeakUsers() > MaxUsers {
+		return bad("%d users, more than %d", s.PeakUsers(), MaxUsers)
+	}
+	for i, st := range s.Stages {
+		if st.Duration <= 0 {
+			return bad("stage %d: duration %v is not positive", i+1, st.Duration)
+		}
+		if st.Target < 0 {
+			return bad("stage %d: negative target %d", i+1, st.Target)
+		}
+	}
+	if s.Think < 0 {
+		return bad("negative think time %v", s.Think)
+	}
+	if s.CheckInterval < 0 || s.CheckInterval > 0 && s.CheckInterval < time.Millisecond {
+		return bad("check interval %v: want zero (the default) or at least 1ms", s.CheckInterval)
+	}
+	for _, v := range s.Variants {
+		if v&^(Active|Passive|Retry) != 0 {
+			return bad("unknown variant %v", v)
+		}
+	}
+	length := s.Length()
+	ids := make(map[string]bool, len(s.Backends))
+	for i, b := range s.Backends {
+		if ids[s.ID(i)] {
+			return bad("backend %d: duplicate address %q", i+1, s.ID(i))
+		}
+		ids[s.ID(i)] = true
+		if err := b.validate(length); err != nil {
+			return bad("backend %d (%s): %v", i+1, s.Label(i), err)
+		}
+	}
+	return nil
+}
+
+func (b *Backend) validate(length time.Duration) error {
+	switch {
+	case b.Latency <= 0:
+		return fmt.Errorf("latency %v is not positive", b.Latency)
+	case b.Jitter < 0 || b.Jitter >= b.Latency:
+		return fmt.Errorf("jitter %v outside [0, latency)", b.Jitter)
+	case b.Sigma < 0 || math.IsNaN(b.Sigma) || b.Sigma > 4:
+		return fmt.Errorf("sigma %v outside [0, 4]", b.Sigma)
+	case b.Jitter > 0 && b.Sigma > 0:
+		return errors.New("jitter and sigma are exclusive")
+	case b.Weight < 0 || b.Weight > balancer.MaxWeight:
+		return fmt.Errorf("weight %d outside [0, %d]", b.Weight, balancer.MaxWeight)
+	case b.Capacity < 0:
+		return fmt.Errorf("negative capacity %d", b.Capacity)
+	}
+	var prev time.Duration
+	for i, o := range b.Down {
+		switch {
+		case o.At < prev || (i > 0 && o.At == prev):
+			return fmt.Errorf("outage at %v overlaps or precedes the one before", o.At)
+		case o.At < 0 || o.At >= length:
+			return fmt.Errorf("outage at %v outside the scenario's %v", o.At, length)
+		case o.Until != 0 && o.Until <= o.At:
+			return fmt.Errorf("outage ends at %v, not after it starts at %v", o.Until, o.At)
+		case o.Until == 0 && i < len(b.Down)-1:
+			return fmt.Errorf("outage at %v never ends but another follows", o.At)
+		}
+		prev = o.Until
+	}
+	return nil
+}
+
+// Scale returns a copy of s whose stage durations and outage times are
+// multiplied by f (rounded to the millisecond, a stage lasting at least
+// one): -duration uses it to shorten or stretch a profile.
+func (s Scenario) Scale(f float64) Scenario {
+	scale := func(d time.Duration) time.Duration {
+		return time.Duration(math.Round(float64(d)*f/1e6)) * time.Millisecond
+	}
+	s.Stages = append([]Stage(nil), s.Stages...)
+	for i := range s.Stages {
+		s.Stages[i].Duration = max(scale(s.Stages[i].Duration), time.Millisecond)
+	}
+	s.Backends = cloneBackends(s.Backends)
+	for i := range s.Backends {
+		for j, o := range s.Backends[i].Down {
+			o.At = scale(o.At)
+			if o.Until != 0 {
+				o.Until = max(scale(o.Until), o.At+time.Millisecond)
+			}
+			s.Backends[i].Down[j] = o
+		}
+	}
+	return s
+}
+
+// ScaleUsers returns a copy of s whose start count and stage targets are
+// multiplied by peak/PeakUsers, rounded, so that the profile peaks at
+// peak users; a count that was positive stays at least 1.
+func (s Scenario) ScaleUsers(peak int) Scenario {
+	old := s.PeakUsers()
+	if old == 0 {
+		return s
+	}
+	scale := func(n int) int {
+		if n == 0 {
+			return 0
+		}
+		return max(1, int(math.Round(float64(n)*float64(peak)/float64(old))))
+	}
+	s.Users = scale(s.Users)
+	s.Stages = append([]Stage(nil), s.Stages...)
+	for i := range s.Stages {
+		s.Stages[i].Target = scale(s.Stages[i].Target)
+	}
+	return s
+}

@@ -1,0 +1,456 @@
+package sim_test
+
+import (
+	"bytes"
+	"math"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/bench/sim"
+)
+
+// algo returns the configuration named name from bench.Algorithms.
+func algo(t testing.TB, name string) bench.Algorithm {
+	t.Helper()
+	for _, a := range bench.Algorithms() {
+		if a.Name == name {
+			return a
+		}
+	}
+	t.Fatalf("no algorithm %q", name)
+	return bench.Algorithm{}
+}
+
+// scenario returns the default scenario named name.
+func scenario(t testing.TB, name string) sim.Scenario {
+	t.Helper()
+	for _, s := range sim.Defaults(nil) {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("no scenario %q", name)
+	return sim.Scenario{}
+}
+
+func within(t *testing.T, got, want, tol float64, what string) {
+	t.Helper()
+	assert.InDelta(t, want, got, tol*want, "%s: got %.4g, want %.4g ± %.0f%%", what, got, want, 100*tol)
+}
+
+// TestLittlesLaw checks the simulator against queueing theory in the
+// steady scenario. A closed loop of N users who think Z between requests
+// has throughput X = N/(R+Z), R being the mean response time, whatever
+// the picker; round robin over backends with fixed delays and unlimited
+// capacity gives R = the mean of the delays; and each backend holds on
+// average L = λ·W requests (Little's law), λ its arrival rate and W its
+// delay.
+func TestLittlesLaw(t *testing.T) {
+	sc := scenario(t, "steady")
+	n := float64(sc.Users)
+	z := sc.Think.Seconds()
+	for _, a := range bench.Algorithms() {
+		t.Run(a.Name, func(t *testing.T) {
+			sc := sc
+			if a.Name != "rr" {
+				sc = sc.Scale(0.5) // the law holds as well over 90 s; the suite runs faster
+			}
+			r, err := sim.Simulate(sc, sim.None, a, 1, 1)
+			require.NoError(t, err)
+			require.Zero(t, r.Errors)
+			within(t, r.RPS, n/(r.Mean.Seconds()+z), 0.02, "X = N/(R+Z)")
+			var sent int64
+			for _, b := range r.Backends {
+				sent += b.Sent
+			}
+			for i, b := range r.Backends {
+				lambda := float64(b.Sent) / r.Length.Seconds()
+				w := sc.Backends[i].Latency.Seconds()
+				if lambda*w > 0.5 { // too few requests to compare
+					within(t, b.MeanInFlight, lambda*w, 0.02, "L = λW at "+sc.Label(i))
+				}
+			}
+			if a.Name == "rr" {
+				var mean time.Duration
+				for _, b := range sc.Backends {
+					mean += b.Latency
+				}
+				mean /= time.Duration(len(sc.Backends))
+				within(t, r.Mean.Seconds(), mean.Seconds(), 0.02, "R = mean of delays")
+				within(t, r.RPS, n/(mean.Seconds()+z), 0.02, "X = N/(mean delay + Z)")
+				for i, b := range r.Backends {
+					within(t, b.Share, 0.25, 0.02, "share of "+sc.Label(i))
+				}
+			}
+		})
+	}
+}
+
+// A single backend serving one request at a time is a FIFO queue: with N
+// users and no think time it serves back to back, X = 1/L, and each user
+// waits for all N, R = N·L.
+func TestQueue(t *testing.T) {
+	sc := sim.Scenario{
+		Name:     "queue",
+		Backends: []sim.Backend{{Latency: 100 * time.Millisecond, Capacity: 1}},
+		Users:    5,
+		Stages:   []sim.Stage{{Duration: time.Minute, Target: 5}},
+	}
+	r, err := sim.Simulate(sc, sim.None, algo(t, "rr"), 1, 1)
+	require.NoError(t, err)
+	within(t, r.RPS, 10, 0.01, "X")
+	within(t, r.Median.Seconds(), 0.5, 0.001, "median R")
+	within(t, r.Backends[0].MeanInFlight, 5, 0.01, "in flight")
+	assert.Equal(t, 5, r.Backends[0].PeakInFlight)
+}
+
+// Service-time distributions have the mean they are documented to have.
+func TestDistributions(t *testing.T) {
+	l := 100 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		b    sim.Backend
+		mean float64 // seconds
+	}{
+		{"fixed", sim.Backend{Latency: l}, 0.1},
+		{"jitter", sim.Backend{Latency: l, Jitter: 50 * time.Millisecond}, 0.1},
+		{"lognormal", sim.Backend{Latency: l, Sigma: 0.5}, 0.1 * math.Exp(0.125)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := sim.Scenario{Name: tc.name, Backends: []sim.Backend{tc.b}, Users: 200,
+				Stages: []sim.Stage{{Duration: time.Minute, Target: 200}}, Think: 50 * time.Millisecond}
+			r, err := sim.Simulate(sc, sim.None, algo(t, "rr"), 1, 7)
+			require.NoError(t, err)
+			within(t, r.Mean.Seconds(), tc.mean, 0.02, "mean service time")
+			if tc.name == "fixed" {
+				assert.Equal(t, l, r.P99)
+			} else {
+				assert.Greater(t, r.P99, r.Median, "a distribution has a tail")
+			}
+		})
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	scs := []sim.Scenario{scenario(t, "burst").Scale(0.05), scenario(t, "failure-cap").Scale(0.05)}
+	scs[0].Backends[1].Sigma = 0.5 // draws from the seeded source too
+	// The algorithms that draw random numbers or read the clock, and one
+	// that does neither.
+	algos := []bench.Algorithm{algo(t, "rr"), algo(t, "leastconn"), algo(t, "lrt"), algo(t, "ring-bounded")}
+	run := func(seed uint64, workers int) (string, string) {
+		rep, err := sim.Run(scs, algos, sim.Options{Seed: seed, Proxies: []int{1, 3}, Workers: workers})
+		require.NoError(t, err)
+		var text, html bytes.Buffer
+		require.NoError(t, rep.WriteText(&text))
+		require.NoError(t, rep.WriteHTML(&html))
+		return text.String(), html.String()
+	}
+	text1, html1 := run(42, 1)
+	text2, html2 := run(42, 4)
+	assert.Equal(t, text1, text2, "same seed, same tables, whatever the number of workers")
+	assert.Equal(t, html1, html2)
+	text3, _ := run(43, 2)
+	assert.NotEqual(t, text1, text3, "the seed matters")
+}
+
+// Every algorithm appears in every default scenario, under each of its
+// variants, and serves requests there.
+func TestEveryAlgorithmEveryScenario(t *testing.T) {
+	var scs []sim.Scenario
+	for _, s := range sim.Defaults(nil) {
+		scs = append(scs, s.Scale(0.05))
+	}
+	algos := bench.Algorithms()
+	rep, err := sim.Run(scs, algos, sim.Options{Seed: 1})
+	require.NoError(t, err)
+	require.Len(t, rep.Scenarios, 6)
+	for _, sr := range rep.Scenarios {
+		vs := sr.Scenario.RunVariants()
+		require.Len(t, sr.Results, len(vs)*len(algos), sr.Scenario.Name)
+		for i, r := range sr.Results {
+			assert.Equal(t, vs[i/len(algos)], r.Variant)
+			assert.Equal(t, algos[i%len(algos)].Name, r.Algorithm)
+			assert.Positive(t, r.Requests, "%s/%v/%s", sr.Scenario.Name, r.Variant, r.Algorithm)
+		}
+	}
+	assert.Len(t, rep.Scenarios[2].Scenario.RunVariants(), 4, "failure compares four variants")
+}
+
+// The failure scenario: without health checks, leastconn and lrt turn the
+// dead backend, which fails fast, into a black hole; with active checks,
+// passive ejection and retries of refused connections, the only requests
+// that fail are those in flight on the backend when it died, which a
+// retry of refused connections cannot save.
+func TestFailure(t *testing.T) {
+	sc := scenario(t, "failure").Scale(0.5) // the kill at 30 s
+	for _, a := range bench.Algorithms() {
+		t.Run(a.Name, func(t *testing.T) {
+			bare, err := sim.Simulate(sc, sim.None, a, 1, 1)
+			require.NoError(t, err)
+			best, err := sim.Simulate(sc, sim.Active|sim.Passive|sim.Retry, a, 1, 1)
+			require.NoError(t, err)
+			require.NotNil(t, best.Failure)
+			reset := best.Backends[0].Reset
+			assert.Equal(t, reset, best.Errors, "every refused attempt was retried on a live backend")
+			assert.LessOrEqual(t, reset, int64(best.Backends[0].PeakInFlight))
+			assert.Equal(t, best.Backends[0].Refused, best.Retries, "one retry per refusal")
+			assert.Positive(t, best.Failure.Before)
+			if a.Name == "leastconn" || a.Name == "lrt" {
+				assert.Greater(t, bare.Errors, 100*best.Errors+1000, "a fast-failing backend is a black hole")
+				assert.Less(t, bare.Failure.Change(), -0.5)
+			}
+			t.Logf("errors none %d, active+passive+retry %d (in flight at the kill %d); RPS %.1f → %.1f",
+				bare.Errors, best.Errors, reset, best.Failure.Before, best.Failure.After)
+		})
+	}
+}
+
+// A backend that comes back is used again, and errors happen only while
+// it is dead (plus the think time of the users it failed).
+func TestRevive(t *testing.T) {
+	sc := sim.Scenario{
+		Name: "revive",
+		Backends: []sim.Backend{
+			{Latency: 20 * time.Millisecond, Down: []sim.Outage{{At: 10 * time.Second, Until: 20 * time.Second}}},
+			{Latency: 20 * time.Millisecond},
+		},
+		Users:  10,
+		Stages: []sim.Stage{{Duration: 30 * time.Second, Target: 10}},
+		Think:  80 * time.Millisecond,
+	}
+	r, err := sim.Simulate(sc, sim.None, algo(t, "rr"), 1, 1)
+	require.NoError(t, err)
+	s := r.Series
+	for k := range s.Errors {
+		start := time.Duration(k) * s.Step
+		if start < 10*time.Second || start >= 21*time.Second {
+			assert.Zero(t, s.Errors[k], "errors at %v", start)
+		}
+		if start >= 21*time.Second {
+			assert.Positive(t, s.InFlight[0][k], "back in use at %v", start)
+		}
+	}
+	assert.Positive(t, r.Errors)
+	assert.Equal(t, r.Errors, r.Backends[0].Refused+r.Backends[0].Reset)
+	// Before: each user's cycle is 20 ms of service and 80 of thought.
+	// During: every other attempt is refused at once and followed by a
+	// thought too, so two cycles bring one success.
+	within(t, r.Failure.Before, 10/0.1, 0.02, "X before")
+	within(t, r.Failure.After, 10/(0.1+sim.RefuseTime.Seconds()+0.08), 0.02, "X while one of two is dead")
+}
+
+// The user count follows the stage profile: the burst scenario at the
+// end of each stage.
+func TestProfile(t *testing.T) {
+	sc := scenario(t, "burst")
+	r, err := sim.Simulate(sc, sim.None, algo(t, "rr"), 1, 1)
+	require.NoError(t, err)
+	s := r.Series
+	at := func(d time.Duration) int { return s.Users[int(d/s.Step)-1] }
+	assert.Equal(t, 10, at(20*time.Second))
+	assert.Equal(t, 130, at(35*time.Second), "half way up the ramp")
+	assert.Equal(t, 250, at(50*time.Second))
+	assert.Equal(t, 250, at(90*time.Second))
+	assert.Equal(t, 10, at(120*time.Second))
+	assert.Equal(t, 10, at(140*time.Second))
+	assert.Equal(t, 250, slices.Max(s.Users))
+}
+
+// With M proxies, each picker sees a slice of the users; closed-loop
+// throughput still obeys X = N/(R+Z).
+func TestProxies(t *testing.T) {
+	sc := scenario(t, "steady-cap").Scale(0.25)
+	for _, name := range []string{"leastconn", "lrt"} {
+		one, err := sim.Simulate(sc, sim.None, algo(t, name), 1, 1)
+		require.NoError(t, err)
+		ten, err := sim.Simulate(sc, sim.None, algo(t, name), 10, 1)
+		require.NoError(t, err)
+		assert.Equal(t, 10, ten.Proxies)
+		within(t, ten.RPS, float64(sc.Users)/(ten.Mean.Seconds()+sc.Think.Seconds()), 0.02, name+" X = N/(R+Z)")
+		assert.NotEqual(t, one.Backends, ten.Backends, name+": a partial view changes the spread")
+	}
+}
+
+// The event loop allocates nothing per event: a run of some 50,000
+// events allocates a bounded handful of times, mostly at set-up.
+func TestRunAllocations(t *testing.T) {
+	sc := scenario(t, "steady").Scale(0.5)
+	for _, name := range []string{"rr", "leastconn", "lrt", "maglev"} {
+		allocs := testing.AllocsPerRun(1, func() {
+			_, err := sim.Simulate(sc, sim.None, algo(t, name), 1, 1)
+			require.NoError(t, err)
+		})
+		t.Logf("%s: %v allocations", name, allocs)
+		assert.Less(t, allocs, 500.0, "%s: %v allocations for ~50k events", name, allocs)
+	}
+}
+
+// Run's workers end before it returns, and Progress counts every run.
+func TestRunGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	sc := scenario(t, "failure").Scale(0.02)
+	var calls []int
+	rep, err := sim.Run([]sim.Scenario{sc}, bench.Algorithms(), sim.Options{Workers: 3, Progress: func(done, total int, run string) {
+		assert.Equal(t, 36, total)
+		assert.Contains(t, run, "failure/")
+		calls = append(calls, done)
+	}})
+	require.NoError(t, err)
+	require.Len(t, rep.Scenarios[0].Results, 36)
+	assert.Len(t, calls, 36)
+	assert.True(t, slices.IsSorted(calls))
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "a worker outlived Run")
+
+	bad := sc
+	bad.Backends = nil
+	_, err = sim.Run([]sim.Scenario{sc, bad}, bench.Algorithms(), sim.Options{})
+	require.ErrorIs(t, err, sim.ErrScenario)
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "a refused Run starts nothing")
+}
+
+func TestValidate(t *testing.T) {
+	good := func() sim.Scenario { return scenario(t, "failure") }
+	for _, tc := range []struct {
+		name string
+		edit func(*sim.Scenario)
+	}{
+		{"no name", func(s *sim.Scenario) { s.Name = "" }},
+		{"no backends", func(s *sim.Scenario) { s.Backends = nil }},
+		{"no stages", func(s *sim.Scenario) { s.Stages = nil }},
+		{"no users", func(s *sim.Scenario) { s.Users, s.Stages = 0, []sim.Stage{{time.Second, 0}} }},
+		{"too many users", func(s *sim.Scenario) { s.Users = sim.MaxUsers + 1 }},
+		{"negative users", func(s *sim.Scenario) { s.Users = -1 }},
+		{"zero stage", func(s *sim.Scenario) { s.Stages[0].Duration = 0 }},
+		{"negative target", func(s *sim.Scenario) { s.Stages = append(s.Stages, sim.Stage{time.Second, -1}) }},
+		{"negative think", func(s *sim.Scenario) { s.Think = -1 }},
+		{"negative interval", func(s *sim.Scenario) { s.CheckInterval = -1 }},
+		{"tiny interval", func(s *sim.Scenario) { s.CheckInterval = time.Microsecond }},
+		{"bad variant", func(s *sim.Scenario) { s.Variants = []sim.Variant{1 << 5} }},
+		{"zero latency", func(s *sim.Scenario) { s.Backends[1].Latency = 0 }},
+		{"jitter too big", func(s *sim.Scenario) { s.Backends[1].Jitter = s.Backends[1].Latency }},
+		{"jitter and sigma", func(s *sim.Scenario) { s.Backends[1].Jitter, s.Backends[1].Sigma = 1, 0.1 }},
+		{"sigma NaN", func(s *sim.Scenario) { s.Backends[1].Sigma = math.NaN() }},
+		{"negative weight", func(s *sim.Scenario) { s.Backends[1].Weight = -1 }},
+		{"negative capacity", func(s *sim.Scenario) { s.Backends[1].Capacity = -1 }},
+		{"duplicate address", func(s *sim.Scenario) { s.Backends[1].Addr = s.ID(0) }},
+		{"outage after the end", func(s *sim.Scenario) { s.Backends[1].Down = []sim.Outage{{At: time.Hour}} }},
+		{"outage ends first", func(s *sim.Scenario) { s.Backends[1].Down = []sim.Outage{{At: 2 * time.Second, Until: time.Second}} }},
+		{"outages overlap", func(s *sim.Scenario) {
+			s.Backends[1].Down = []sim.Outage{{At: time.Second, Until: 3 * time.Second}, {At: 2 * time.Second}}
+		}},
+		{"endless outage then another", func(s *sim.Scenario) {
+			s.Backends[1].Down = []sim.Outage{{At: time.Second}, {At: 2 * time.Second}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := good()
+			require.NoError(t, s.Validate())
+			tc.edit(&s)
+			err := s.Validate()
+			require.ErrorIs(t, err, sim.ErrScenario)
+			_, err = sim.Simulate(s, sim.None, algo(t, "rr"), 1, 1)
+			require.ErrorIs(t, err, sim.ErrScenario)
+			_, err = sim.Run([]sim.Scenario{s}, bench.Algorithms(), sim.Options{})
+			require.ErrorIs(t, err, sim.ErrScenario)
+		})
+	}
+	_, err := sim.Simulate(good(), sim.None, algo(t, "rr"), 0, 1)
+	require.ErrorIs(t, err, sim.ErrScenario, "zero proxies")
+	_, err = sim.Run([]sim.Scenario{good()}, nil, sim.Options{})
+	require.ErrorIs(t, err, sim.ErrScenario, "no algorithms")
+}
+
+func TestParseBackends(t *testing.T) {
+	bs, err := sim.ParseBackends("50ms:w=6:c=8, 150ms:j=10ms:name=mid,300ms:s=0.5:down=1m-1m30s:down=2m")
+	require.NoError(t, err)
+	assert.Equal(t, []sim.Backend{
+		{Latency: 50 * time.Millisecond, Weight: 6, Capacity: 8},
+		{Latency: 150 * time.Millisecond, Jitter: 10 * time.Millisecond, Name: "mid"},
+		{Latency: 300 * time.Millisecond, Sigma: 0.5, Down: []sim.Outage{{time.Minute, 90 * time.Second}, {At: 2 * time.Minute}}},
+	}, bs)
+	sc := sim.Scenario{Backends: bs}
+	again, err := sim.ParseBackends(sc.DescribeBackends())
+	require.NoError(t, err)
+	assert.Equal(t, bs, again, "DescribeBackends prints what ParseBackends reads")
+
+	for _, bad := range []string{"", "fast", "50ms:w", "50ms:w=x", "50ms:c=1.5", "50ms:q=1", "50ms:down=soon", "50ms:down=1m-x", "50ms:s=x", "50ms,,"} {
+		_, err := sim.ParseBackends(bad)
+		assert.ErrorIs(t, err, sim.ErrScenario, "%q", bad)
+	}
+}
+
+func TestParseStages(t *testing.T) {
+	for _, tc := range []struct {
+		spec   string
+		users  int
+		stages []sim.Stage
+	}{
+		{"3m:100", 100, []sim.Stage{{3 * time.Minute, 100}}},
+		{"0,1m:100,2m:100", 0, []sim.Stage{{time.Minute, 100}, {2 * time.Minute, 100}}},
+		{"10, 30s:250", 10, []sim.Stage{{30 * time.Second, 250}}},
+	} {
+		users, stages, err := sim.ParseStages(tc.spec)
+		require.NoError(t, err, tc.spec)
+		assert.Equal(t, tc.users, users, tc.spec)
+		assert.Equal(t, tc.stages, stages, tc.spec)
+	}
+	for _, bad := range []string{"", "10", "3m", "x:10", "3m:x", "3m:10,", "10,20"} {
+		_, _, err := sim.ParseStages(bad)
+		assert.ErrorIs(t, err, sim.ErrScenario, "%q", bad)
+	}
+}
+
+func TestVariant(t *testing.T) {
+	for _, v := range append(sim.FailureVariants(), sim.Retry, sim.Passive|sim.Retry) {
+		got, err := sim.ParseVariant(v.String())
+		require.NoError(t, err)
+		assert.Equal(t, v, got)
+	}
+	assert.Equal(t, "active+passive+retry", (sim.Retry | sim.Active | sim.Passive).String())
+	assert.True(t, sim.Passive.Health())
+	assert.False(t, sim.Retry.Health())
+	for _, bad := range []string{"", "all", "active+", "active+none"} {
+		_, err := sim.ParseVariant(bad)
+		assert.ErrorIs(t, err, sim.ErrScenario, "%q", bad)
+	}
+}
+
+func TestScale(t *testing.T) {
+	s := scenario(t, "failure").Scale(0.5)
+	assert.Equal(t, 90*time.Second, s.Length())
+	assert.Equal(t, 30*time.Second, s.Backends[0].Down[0].At)
+	assert.Equal(t, time.Minute, scenario(t, "failure").Backends[0].Down[0].At, "the original is untouched")
+
+	b := scenario(t, "burst").ScaleUsers(50)
+	assert.Equal(t, 50, b.PeakUsers())
+	assert.Equal(t, 2, b.Users)
+}
+
+func BenchmarkSimulate(b *testing.B) {
+	for _, name := range []string{"rr", "leastconn", "lrt"} {
+		b.Run("algo="+name, func(b *testing.B) {
+			sc := scenario(b, "steady")
+			a := algo(b, name)
+			b.ReportAllocs()
+			var requests int64
+			for b.Loop() {
+				r, err := sim.Simulate(sc, sim.None, a, 1, 1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				requests += r.Requests
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(requests), "ns/request")
+		})
+	}
+}
