@@ -35,8 +35,10 @@ type Algorithm struct {
 }
 
 // Algorithms returns every lbkit algorithm with its defaults, plus the
-// variants that show a trade-off: consistent's ring with bounded loads
-// (c = 1.25) and lrt's naive mode, which herds.
+// variants that show a trade-off: leastconn with two random choices at
+// every size (by default it scans sets below 16, so a four-backend
+// scenario would never show the power of two choices), consistent's ring
+// with bounded loads (c = 1.25) and lrt's naive mode, which herds.
 func Algorithms() []Algorithm {
 	return []Algorithm{
 		algorithm("rr", false, func(r func() uint64, _ func() time.Time) balancer.Balancer {
@@ -47,6 +49,9 @@ func Algorithms() []Algorithm {
 		}),
 		algorithm("leastconn", false, func(r func() uint64, _ func() time.Time) balancer.Balancer {
 			return leastconn.New(leastconn.WithRand(r))
+		}),
+		algorithm("leastconn-p2c", false, func(r func() uint64, _ func() time.Time) balancer.Balancer {
+			return leastconn.New(leastconn.WithChoices(2), leastconn.WithRand(r))
 		}),
 		algorithm("iphash", false, func(func() uint64, func() time.Time) balancer.Balancer {
 			return iphash.New()

@@ -80,7 +80,7 @@ func TestSimSeams(t *testing.T) {
 				distinct[fmt.Sprint(picks(a, seed))] = true
 			}
 			switch a.Name {
-			case "rr", "wrr", "leastconn", "lrt", "lrt-naive":
+			case "rr", "wrr", "leastconn", "leastconn-p2c", "lrt", "lrt-naive":
 				assert.Greater(t, len(distinct), 1, "the seed reaches the picker")
 			default:
 				assert.Len(t, distinct, 1, "hash pickers draw nothing")

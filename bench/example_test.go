@@ -20,6 +20,7 @@ func ExampleAlgorithms() {
 	// rr 10.0.0.1:8080 <nil>
 	// wrr 10.0.0.1:8080 <nil>
 	// leastconn 10.0.0.1:8080 <nil>
+	// leastconn-p2c 10.0.0.1:8080 <nil>
 	// iphash 10.0.0.1:8080 <nil>
 	// ring 10.0.0.1:8080 <nil>
 	// ring-bounded 10.0.0.1:8080 <nil>
