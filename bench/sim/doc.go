@@ -135,7 +135,7 @@
 //
 // # Cost
 //
-// The six default scenarios, 120 runs of 15,000 to 120,000 requests each,
+// The six default scenarios, 120 runs of 13,000 to 120,000 requests each,
 // took 3.8 s (4.4 s for `time go run ./bench/cmd/lbsim`, compilation
 // cached) on the 2-core machine this was written on, shared with other
 // work; runs go in parallel, one per CPU. The event loop allocates
