@@ -14,7 +14,9 @@
 //	-listen addr            where to serve (default 127.0.0.1:8080)
 //	-backends list          host:port[=weight],... a static set
 //	-dns host:port          resolve host every -dns-interval instead (default 30s)
-//	-algo name              rr, wrr, leastconn, iphash, ring, ring-bounded, maglev, lrt, lrt-naive
+//	-algo name              a name of bench.Algorithms(): rr, wrr, leastconn,
+//	                        leastconn-p2c, iphash, ring, ring-bounded, maglev,
+//	                        lrt, lrt-naive
 //	-key kind               affinity key: ip, header:NAME or cookie:NAME (default ip)
 //	-trusted-proxies list   CIDRs or addresses whose X-Forwarded-For is believed
 //	-health-path path       probe GET path on every backend ("" = no active checks)
