@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"log"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 
 	"github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/examples/lbhttp"
 	"github.com/lbkit/lbkit/rr"
 )
 
@@ -43,20 +42,19 @@ func ExamplePicker_Pick_retry() {
 	// 10.0.0.2:8080
 }
 
-// The README's quick start: round robin behind httputil.ReverseProxy.
+// Round robin behind a reverse proxy. lbhttp.NewProxy does the wiring a
+// hand-written Rewrite would miss: a refused connection is retried on the
+// next backend, an empty set answers 503, and a picker that learns from
+// Done (not round robin) hears of every request when its body ends.
 // (Compiled, not run: it would listen on a port.)
 func Example_reverseProxy() {
 	p := rr.New()
 	if err := p.Update(balancer.Endpoints("10.0.0.1:8080", "10.0.0.2:8080")); err != nil {
 		log.Fatal(err)
 	}
-	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
-		b, err := p.Pick(balancer.Request{})
-		if err != nil {
-			return // no host set: the transport fails and the proxy answers 502
-		}
-		r.SetURL(&url.URL{Scheme: "http", Host: b.ID()})
-		r.SetXForwarded()
-	}}
+	proxy, err := lbhttp.NewProxy(p, lbhttp.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
 	log.Fatal(http.ListenAndServe("127.0.0.1:8000", proxy))
 }
