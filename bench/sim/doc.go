@@ -61,8 +61,8 @@
 //   - failure: steady, with the 50 ms backend killed at 1 minute and
 //     active checks every 5 s, compared under four variants: none (the
 //     bare picker), active (the study's setup), active+passive (passive
-//     ejection too) and active+passive+retry (refused connections
-//     retried on another backend).
+//     ejection too) and active+passive+retry (failed attempts retried on
+//     another backend, as lbhttp does for a GET).
 //   - steady-cap, burst-cap, failure-cap: the same with each backend
 //     serving at most 16 requests at once (DefaultCapacity) and queueing
 //     the rest. Together they serve 16·(1/0.05 + 1/0.15 + 1/0.3 + 1/0.5) =
@@ -112,11 +112,17 @@
 // every backend and feeds the results to Observe (a dead backend's check
 // fails with a refused connection); without Passive, NoEjection is set.
 // The simulator never calls Start: it calls Apply after every failed
-// attempt, every round of checks and every 100 ms. Retry retries a
-// refused attempt at once on another backend, with Attempt+1 and Avoid
-// set to the backend that refused, up to MaxAttempts (3) attempts;
-// requests that failed after they were sent are not retried, since a
-// proxy cannot know whether the backend acted on them.
+// attempt, every round of checks and every 100 ms. Retry does what
+// lbhttp's Transport does for a GET: it sends a failed attempt again at
+// once on another backend, with Attempt+1 and Avoid set to the backend
+// that failed it, up to MaxAttempts (3) attempts. That covers both
+// failures simulated: a refused connection, and a request in flight on a
+// backend when it died. The second is safe to resend only because the
+// users' requests are idempotent; lbhttp never resends a POST whose
+// connection broke after it was sent, since the backend may have acted
+// on it. With one backend dead at a time, a retry that avoids it reaches
+// a live one, so the failure scenarios with retries end with no failed
+// user request for any algorithm (TestFailure).
 //
 // What is not simulated: network time (but for a refusal), connection
 // set-up and pooling, the CPU cost of picking, timeouts, request and

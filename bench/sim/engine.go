@@ -449,16 +449,11 @@ func (e *engine) refused(u int32, token uint32) {
 	failed := us.picked.ID()
 	e.done(us, balancer.Result{Latency: RefuseTime, Err: s.refused})
 	e.apply()
-	if e.variant&Retry != 0 && us.attempt+1 < MaxAttempts {
-		us.attempt++
-		e.retries++
-		e.attempt(u, balancer.Request{Key: us.key, Attempt: int(us.attempt), Avoid: failed})
-		return
-	}
-	e.fail(u)
+	e.retryOrFail(u, failed)
 }
 
-// kill makes backend i dead: the requests at it fail, in user order.
+// kill makes backend i dead: the requests at it fail, in user order, and
+// are retried on another backend when the variant says so.
 func (e *engine) kill(i int32) {
 	s := &e.servers[i]
 	if !s.alive {
@@ -473,12 +468,29 @@ func (e *engine) kill(i int32) {
 		}
 		us.token++ // its pending answer, if any, is void
 		s.resets++
+		failed := us.picked.ID()
 		e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt), Err: s.reset})
-		e.fail(int32(u))
+		// A retry goes elsewhere (Avoid), or is refused here: s is no
+		// longer alive, so nothing joins its queue during this loop.
+		e.retryOrFail(int32(u), failed)
 	}
 	s.inflight, s.busy = 0, 0
 	s.waiting, s.head = s.waiting[:0], 0
 	e.apply()
+}
+
+// retryOrFail sends user u's request again, on another backend than the
+// one that failed it, if the variant retries and attempts are left; else
+// the request fails.
+func (e *engine) retryOrFail(u int32, failed string) {
+	us := &e.users[u]
+	if e.variant&Retry != 0 && us.attempt+1 < MaxAttempts {
+		us.attempt++
+		e.retries++
+		e.attempt(u, balancer.Request{Key: us.key, Attempt: int(us.attempt), Avoid: failed})
+		return
+	}
+	e.fail(u)
 }
 
 // done reports the end of user us's attempt to its proxy's picker.

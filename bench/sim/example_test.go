@@ -70,5 +70,5 @@ func ExampleSimulate() {
 	}
 	// Output:
 	// none                 errors 113817, RPS 425 before the kill, 14 after
-	// active+passive+retry errors     11, RPS 425 before the kill, 280 after
+	// active+passive+retry errors      0, RPS 425 before the kill, 280 after
 }

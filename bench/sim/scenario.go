@@ -122,10 +122,14 @@ const (
 	// ejects a backend at once on a refused connection and after
 	// consecutive failures otherwise.
 	Passive
-	// Retry retries a refused connection on another backend, as a proxy
-	// does: Attempt+1 and Avoid set to the backend that refused, up to
-	// MaxAttempts attempts in all. Requests that failed after they were
-	// sent are not retried.
+	// Retry sends a failed attempt again at once, on another backend, as
+	// lbhttp's Transport does for a GET: Attempt+1 and Avoid set to the
+	// backend that failed it, up to MaxAttempts attempts in all. Both
+	// failures the simulator knows are retried: a refused connection
+	// (nothing was sent, so any request may go again) and a request in
+	// flight on a backend when it died (a reset connection: safe to send
+	// again only because the users' requests are idempotent GETs; lbhttp
+	// would not resend a POST).
 	Retry
 	// None is the bare picker.
 	None Variant = 0
@@ -190,7 +194,7 @@ next:
 
 // FailureVariants are the failure handling compared by the failure
 // scenarios: the bare picker, active checks (the study's setup), plus
-// passive ejection, plus retries of refused connections.
+// passive ejection, plus retries of failed attempts on another backend.
 func FailureVariants() []Variant {
 	return []Variant{None, Active, Active | Passive, Active | Passive | Retry}
 }
