@@ -156,8 +156,8 @@ type Picker interface {
 // in each case): for an HTTP request, when the response body has been read
 // to the end or closed, not when the headers arrive, so that a slow or
 // streamed body still counts as in flight. Done for a backend that has
-// since left the set, or was never in it, or for nil, is harmless. Find Feedback with a
-// type assertion, once, when wiring:
+// since left the set, or was never in it, or for nil, is harmless. Find
+// Feedback with a type assertion, once, when wiring:
 //
 //	fb, _ := picker.(balancer.Feedback) // nil if the picker learns nothing
 type Feedback interface {

@@ -11,8 +11,10 @@ import (
 // sending to a backend, remove it from the set.
 //
 // The error wraps ErrNilBackend, ErrEmptyID, ErrDuplicateID or ErrBadWeight
-// and names the position and ID at fault. Every Update in lbkit calls
-// Validate first; pickers written outside lbkit should too.
+// and names the position and ID at fault. Every Update in lbkit validates
+// through NewSet, which checks the same and also returns the IDs and
+// weights it read, under the mutex that serialises its Updates; pickers
+// written outside lbkit should do the same.
 //
 // Cost: O(n) with one map of the IDs.
 func Validate(bs []Backend) error {
