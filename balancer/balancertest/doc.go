@@ -1,14 +1,38 @@
 // Package balancertest is a conformance kit for pickers: one call checks that
 // a balancer.Balancer, lbkit's or your own, keeps the contracts of package
-// balancer. It is to pickers what testing/fstest is to file systems.
+// balancer. It is to pickers what testing/fstest is to file systems. Use it
+// when you write a picker or a decorator around one (metrics, health of your
+// own), so that it can stand in for any lbkit picker behind a proxy.
 //
-// From a test:
+// From a test (run it with -race, which the Concurrent check needs):
 //
 //	func TestConformance(t *testing.T) {
 //		balancertest.Run(t, func() balancer.Balancer { return mypicker.New() })
 //	}
 //
-// The checks, each a subtest of that name:
+//	func BenchmarkPickDone(b *testing.B) {
+//		balancertest.Benchmark(b, func() balancer.Balancer { return mypicker.New() }, balancertest.BenchOptions{})
+//	}
+//
+// What your picker must do to pass, in short: Pick never blocks, allocates
+// nothing and returns one of the very Backend values given to Update (never
+// a removed one, never Avoid when there is another); Update validates the
+// set reading each weight once (balancer.NewSet does both), waits for any
+// Update already running, validation included, keeps the previous set on
+// error and never keeps the caller's slice; Done, if the picker implements
+// balancer.Feedback, is harmless for any backend and learns nothing from a
+// Result that measured nothing. Each constructor call must return a fresh
+// Balancer: every check starts from one.
+//
+// Test returns the failures as an error instead, for use outside a
+// *testing.T or to check that a deliberately broken picker fails.
+// Benchmark measures Pick followed by Done, through the interfaces, at 4,
+// 64 and 1024 backends by default, serial and parallel: the harness every
+// lbkit algorithm and package bench use.
+//
+// # Checks
+//
+// The 14 checks, each a subtest of that name:
 //
 //   - Empty: before any Update, and after an empty one, Pick returns
 //     balancer.ErrNoBackend itself (not a wrapped copy) and a nil backend.
@@ -58,7 +82,4 @@
 //
 // Request keys are client addresses ("192.0.2.7", "[2001:db8::1]:443", ...)
 // so that pickers that parse keys, such as iphash, can run the kit too.
-//
-// Test returns the failures as an error instead, for use outside a
-// *testing.T or to check that a deliberately broken picker fails.
 package balancertest
