@@ -144,7 +144,7 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		variant: v,
 		end:     length,
 		think:   int64(sc.Think),
-		step:    int64(seriesStep(sc.Length())),
+		step:    int64(SeriesStep(sc.Length())),
 		rng:     rand.New(rand.NewPCG(seed, 1)),
 		servers: make([]server, len(sc.Backends)),
 		proxies: make([]proxy, proxies),
@@ -221,7 +221,7 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		// Client addresses 10.1.0.1, 10.1.0.2, ...: distinct for iphash,
 		// spread over /24s so that a prefix mode still sees many clients.
 		e.users[u] = user{
-			key:     fmt.Sprintf("10.%d.%d.%d", 1+u>>16, (u>>8)&0xff, 1+u&0xff),
+			key:     UserAddr(u),
 			proxy:   int32(u % proxies),
 			backend: -1,
 		}
@@ -229,18 +229,6 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 	e.scheduleProfile()
 	e.latencies = make([]int64, 0, e.expectedRequests())
 	return e, nil
-}
-
-// seriesStep is the shortest of a few round steps that cuts length into
-// at most 300 samples.
-func seriesStep(length time.Duration) time.Duration {
-	for _, s := range []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
-		time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute} {
-		if length <= 300*s {
-			return s
-		}
-	}
-	return length / 300
 }
 
 // expectedRequests guesses the number of successful requests, to size the
@@ -269,22 +257,15 @@ func (e *engine) scheduleProfile() {
 	n := e.sc.Users
 	for u := range n {
 		e.users[u].active, e.users[u].running = true, true
-		e.q.push(int64(u)*e.think/int64(n), evSend, int32(u), 0)
+		e.q.push(int64(e.sc.FirstSend(u)), evSend, int32(u), 0)
 	}
 	e.activeUsers = n
-	var t0 int64
-	a := n
-	for _, st := range e.sc.Stages {
-		d := int64(st.Duration)
-		b := st.Target
-		for k := a; k < b; k++ {
-			e.q.push(t0+d*int64(k+1-a)/int64(b-a), evOn, int32(k), 0)
+	for c := range e.sc.UserChanges() {
+		kind := evOff
+		if c.Join {
+			kind = evOn
 		}
-		for k := a - 1; k >= b; k-- {
-			e.q.push(t0+d*int64(a-k)/int64(a-b), evOff, int32(k), 0)
-		}
-		t0 += d
-		a = b
+		e.q.push(int64(c.At), kind, int32(c.User), 0)
 	}
 }
 
@@ -393,15 +374,7 @@ func (e *engine) attempt(u int32, req balancer.Request) {
 
 // serviceTime draws one service time of s, at least a nanosecond.
 func (e *engine) serviceTime(s *server) int64 {
-	l := int64(s.spec.Latency)
-	switch {
-	case s.spec.Jitter > 0:
-		j := int64(s.spec.Jitter)
-		return l - j + e.rng.Int64N(2*j+1)
-	case s.spec.Sigma > 0:
-		return max(1, int64(float64(l)*math.Exp(s.spec.Sigma*e.rng.NormFloat64())))
-	}
-	return l
+	return int64(s.spec.ServiceTime(e.rng))
 }
 
 // finish is a backend's answer to user u's attempt.

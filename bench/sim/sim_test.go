@@ -3,6 +3,7 @@ package sim_test
 import (
 	"bytes"
 	"math"
+	"net/netip"
 	"runtime"
 	"slices"
 	"testing"
@@ -284,6 +285,55 @@ func TestProfile(t *testing.T) {
 	assert.Equal(t, 10, at(120*time.Second))
 	assert.Equal(t, 10, at(140*time.Second))
 	assert.Equal(t, 250, slices.Max(s.Users))
+}
+
+// Every user has an address of its own that parses: iphash rejects a key
+// that does not (user 255 once had "10.1.0.256").
+func TestUserAddr(t *testing.T) {
+	seen := make(map[string]int)
+	for u := range 70_000 {
+		a := sim.UserAddr(u)
+		_, err := netip.ParseAddr(a)
+		require.NoError(t, err, "user %d", u)
+		prev, dup := seen[a]
+		require.False(t, dup, "users %d and %d share %s", prev, u, a)
+		seen[a] = u
+	}
+	assert.Equal(t, "10.1.0.1", sim.UserAddr(0))
+	assert.Equal(t, "10.1.0.0", sim.UserAddr(255))
+	assert.Equal(t, "10.1.1.1", sim.UserAddr(256))
+
+	sc := scenario(t, "steady").ScaleUsers(300)
+	r, err := sim.Simulate(sc.Scale(0.05), sim.None, algo(t, "iphash"), 1, 1)
+	require.NoError(t, err)
+	assert.Zero(t, r.Errors, "iphash serves 300 users")
+}
+
+// UserChanges lists the burst profile's joins and leaves in time order.
+func TestUserChanges(t *testing.T) {
+	sc := scenario(t, "burst")
+	var joins, leaves int
+	var last time.Duration
+	for c := range sc.UserChanges() {
+		require.GreaterOrEqual(t, c.At, last)
+		last = c.At
+		if c.Join {
+			joins++
+		} else {
+			leaves++
+		}
+	}
+	assert.Equal(t, 240, joins, "10 → 250")
+	assert.Equal(t, 240, leaves, "250 → 10")
+	assert.Equal(t, 120*time.Second, last, "the last leaves at the end of the ramp down")
+	n := 0
+	for range sc.UserChanges() {
+		n++
+		if n == 3 {
+			break // the iterator stops when asked
+		}
+	}
+	assert.Equal(t, 3, n)
 }
 
 // With M proxies, each picker sees a slice of the users; closed-loop
