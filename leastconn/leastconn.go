@@ -242,10 +242,12 @@ func (p *Picker) Pick(req balancer.Request) (balancer.Backend, error) {
 }
 
 // Done counts one request to b as finished. Call it exactly once for every
-// backend Pick returned. Done for a backend that has since left the set
-// still finds its counter (the registry keeps removed backends' counters
-// for a while, see balancer.Registry); Done for nil, for a backend never
-// picked or for one long gone does nothing. A count never goes below zero.
+// backend Pick returned, when its request has finished, failed or been
+// abandoned; the Result is not read. Done for a backend that has since left
+// the set still finds its counter (the registry keeps a removed backend's
+// counter while it counts requests, see balancer.Registry); Done for nil,
+// for a backend never picked or for one long gone does nothing. A count
+// never goes below zero.
 //
 // Cost: one map read by ID and one atomic compare-and-swap.
 func (p *Picker) Done(b balancer.Backend, _ balancer.Result) {
