@@ -1,17 +1,55 @@
 // Package iphash is client-IP affinity: each client address maps to one
 // backend, by a hash of the address taken modulo the number of backends, so
 // that a client keeps reaching the backend that holds its session or its
-// warm cache, from every proxy, across restarts.
-//
-// Use it when the set of backends rarely changes and affinity by client
-// address is enough. When backends come and go (autoscaling, health flaps),
-// use package consistent instead: here, when one of n backends leaves or
-// joins, about (n−1)/n of all clients move (see Mapping below); with
-// consistent hashing about 1/n do.
+// warm cache, from every proxy, across restarts. Use it when the set of
+// backends rarely changes and affinity by client address is enough. When
+// backends come and go (autoscaling, health flaps), use package consistent
+// instead: here, when one of n backends leaves or joins, about (n−1)/n of
+// all clients move (see Mapping); with consistent hashing about 1/n do.
 //
 //	p := iphash.New()
 //	if err := p.Update(balancer.Endpoints("10.0.0.1:8080", "10.0.0.2:8080")); err != nil { ... }
 //	b, err := p.Pick(balancer.Request{Key: r.RemoteAddr}) // "192.0.2.1:51000"
+//	if err != nil { ... } // balancer.ErrNoBackend, or a key that is no address (balancer.ErrBadKey)
+//	// ... send the request to b.ID() ...
+//
+// What a caller must do:
+//
+//   - Done: nothing to call. A Picker does not implement balancer.Feedback
+//     and keeps no per-backend state, so a proxy that looks for Feedback
+//     gets nil. Calling Done through a decorator (health, metrics) is still
+//     right: they use it.
+//   - Key: Request.Key is the client's address, "ip" or "ip:port" (see
+//     Keys): http.Request.RemoteAddr as it comes, or, behind a load balancer
+//     or CDN, the client address from X-Forwarded-For, but only when the
+//     immediate peer is one of your own proxies; otherwise any client could
+//     pick its backend by forging the header. A key that does not parse is
+//     an error wrapping balancer.ErrBadKey and gets no backend. The empty
+//     key is valid: clients without an IP address share one backend. On a
+//     retry, set Attempt to 1, 2, ... and Avoid to the ID of the backend
+//     that failed: attempt n gets the n-th backend of the key's retry
+//     sequence, which visits every backend once in n attempts, the same in
+//     every process.
+//   - Errors: iphash does not see them. A dead backend keeps its clients
+//     until it leaves the set, and when it does, hash mod n moves most
+//     clients, not only its own.
+//
+// Package github.com/lbkit/lbkit/examples/lbhttp does all of this for
+// net/http: its ClientIP key reads X-Forwarded-For only from trusted proxy
+// prefixes, and its transport retries a refused connection with Attempt and
+// Avoid set. Wrap the picker in github.com/lbkit/lbkit/health to keep dead
+// and failing backends out of its set.
+//
+// # Choosing
+//
+// In lbkit's scenario simulator (go run ./bench/cmd/lbsim, seed 1; backends
+// answering in 50, 150, 300 and 500 ms, 100 closed-loop users with
+// addresses of their own), iphash served 356.5 requests/s, against 285.6
+// for rr and 425.3 for leastconn: affinity ignores load, so it balances
+// only as well as the hash spreads clients. When the fastest backend dies
+// a minute in (scenario failure), iphash without health failed 28,771
+// requests over the run; with health's active checks and passive ejection
+// in front, 1.
 //
 // # Keys
 //
@@ -111,24 +149,40 @@
 //
 // # Cost
 //
-// Pick: a parse of the key, one xxhash64 of 4 or 16 bytes and one 64-bit
-// division, plus a binary search over n with unequal weights; no lock, no
-// allocation, on success and on error. With equal weights the cost does not
-// grow with n. Parsing dominates: on the 2-core AMD EPYC VM it was measured
-// on (medians of 6 runs), an IPv4 key (with or without a port) parsed in 22
-// to 29 ns and an IPv6 key in about 70, and a Pick through the
-// balancer.Balancer interface, keys of mixed forms, took 50 to 56 ns at 4,
-// 64 and 1024 backends; weights add about 2× at 1024. Where net/netip
-// allocates (ip:port, zones, refused keys) the parser was 2 to 7 times
-// faster than it. See BenchmarkPickInterface, BenchmarkPickForm and
-// BenchmarkParse.
+// Pick: a parse of the key, one xxhash64 of 4 or 16 bytes and h mod n (mod
+// the total weight when weights differ), plus a binary search over n with
+// unequal weights; no lock, no allocation, on success and on error. With
+// equal weights the cost does not grow with n.
 //
-// Update: O(n log n) for the sort, and two or three allocations.
+// IPv4 keys, "a.b.c.d" and "a.b.c.d:port", take a fast path: the address is
+// parsed where it stands in straight-line code rather than a loop over
+// bytes (parseIPv4), and hashed by xxhash64 written out for 4 bytes (sum4),
+// with the general function's length dispatch and loops taken out. Both
+// give exactly what the general path gives (TestFastPathMatches,
+// FuzzParseKey). h mod n is Lemire, Kaser and Kurz's direct remainder
+// ("Faster Remainder by Direct Computation", 2019) with a 128-bit constant
+// computed at Update: four 64-bit multiplications instead of a 64-bit
+// division, exact for every h (TestDivisor, FuzzDivisor check it against
+// %), so no mapping changed; the golden vectors pin that.
+//
+// The benchmarks: BenchmarkPickInterface, a Pick through the
+// balancer.Balancer interface at 4, 64 and 1024 backends with keys of mixed
+// forms; BenchmarkPickForm, one Pick for each form of key; BenchmarkParse,
+// the parser beside net/netip, which allocates where lbkit's does not
+// (ip:port, zones, refused keys); BenchmarkVsJump, a Pick beside jump hash
+// over xxhash of the key string, the cheapest way a Go peer maps a key,
+// which parses nothing and so maps two ports of one client apart.
+//
+// Update: O(n log n) for the sort, and a few allocations.
 //
 // # Concurrency
 //
-// Pick and Update are safe for concurrent use. Update publishes an immutable
-// snapshot with one atomic store, so it never blocks Pick, and a Pick that
-// starts after Update returns sees the new set. iphash keeps no per-backend
-// state and does not implement balancer.Feedback.
+// Pick and Update are safe for concurrent use. Update builds the new set
+// aside and publishes it with one atomic store, so it never blocks Pick,
+// and a Pick that starts after Update returns sees the new set. Calls to
+// Update are serialised, validation included, by a mutex that Pick never
+// takes; each weight is read once (balancer.NewSet). The Picker fills one
+// cache line, so that what every Pick reads (the snapshot pointer, the
+// prefix masks) shares its line with no one else's data. iphash keeps no
+// per-backend state and does not implement balancer.Feedback.
 package iphash

@@ -198,9 +198,9 @@ func gcd(a, b uint64) uint64 {
 // not parse is an error wrapping balancer.ErrBadKey; Pick never picks for
 // it. An empty set gives balancer.ErrNoBackend, whatever the key.
 //
-// Cost: a parse of the key, one xxhash of 4 or 16 bytes and one 64-bit
-// division; with unequal weights, a binary search over n; no allocation, no
-// lock.
+// Cost: a parse of the key, one xxhash of 4 or 16 bytes and a remainder by
+// multiplication (see the package doc); with unequal weights, a binary
+// search over n; no allocation, no lock.
 func (p *Picker) Pick(req balancer.Request) (balancer.Backend, error) {
 	s := p.snap.Load()
 	if s.n == 0 {
