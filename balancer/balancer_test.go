@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/balancer/balancertest"
 )
 
 // plain is a Backend without a weight.
@@ -334,4 +335,10 @@ func TestRegistrySparesBusy(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 65, reachable, "the bound still holds: 64 retired and 1 live")
+}
+
+// The picker of the package example keeps every contract the kit checks:
+// what the example shows is what a picker must do.
+func TestExamplePickerConforms(t *testing.T) {
+	balancertest.Run(t, func() balancer.Balancer { return &leastLoaded{} })
 }

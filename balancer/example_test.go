@@ -18,29 +18,32 @@ type leastLoaded struct {
 }
 
 type loadSnap struct {
-	backends []balancer.Backend
-	states   balancer.States[balancer.InFlight]
+	set    balancer.Set // the backends, with their IDs read once
+	states balancer.States[balancer.InFlight]
 }
 
+// Update takes the writers' mutex first, so that calls are serialised
+// validation included, and builds from balancer.NewSet, the picker's own
+// copy with each ID and weight read once.
 func (p *leastLoaded) Update(bs []balancer.Backend) error {
-	if err := balancer.Validate(bs); err != nil {
-		return fmt.Errorf("leastloaded: %w", err)
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	bs = append([]balancer.Backend(nil), bs...)
-	p.snap.Store(&loadSnap{backends: bs, states: p.reg.Sync(bs)})
+	set, err := balancer.NewSet(bs)
+	if err != nil {
+		return fmt.Errorf("leastloaded: %w", err)
+	}
+	p.snap.Store(&loadSnap{set: set, states: p.reg.Sync(set.Backends)})
 	return nil
 }
 
 func (p *leastLoaded) Pick(req balancer.Request) (balancer.Backend, error) {
 	s := p.snap.Load()
-	if s == nil || len(s.backends) == 0 {
+	if s == nil || s.set.Len() == 0 {
 		return nil, balancer.ErrNoBackend
 	}
 	best := -1
-	for i, b := range s.backends {
-		if b.ID() == req.Avoid && len(s.backends) > 1 {
+	for i, id := range s.set.IDs {
+		if id == req.Avoid && s.set.Len() > 1 {
 			continue
 		}
 		if best < 0 || s.states.At(i).Load() < s.states.At(best).Load() {
@@ -48,7 +51,7 @@ func (p *leastLoaded) Pick(req balancer.Request) (balancer.Backend, error) {
 		}
 	}
 	s.states.At(best).Inc()
-	return s.backends[best], nil
+	return s.set.Backends[best], nil
 }
 
 func (p *leastLoaded) Done(b balancer.Backend, _ balancer.Result) {

@@ -107,7 +107,9 @@ func validPort(s string) bool {
 //
 // It reads each field as up to three digits in straight-line code rather
 // than a loop over bytes that tests every byte for a digit, a dot and the
-// field count: the loop cost about 2 ns a byte, a third of a whole Pick.
+// field count. On addresses like "198.51.3.17" the loop took 27 to 32 ns
+// and this takes 15 to 16 (a throwaway benchmark beside BenchmarkVsJump,
+// on a busy two-core machine): parsing is most of an IPv4 Pick.
 func parseIPv4(s string) (v4 uint32, n int, ok bool) {
 	for f := 0; f < 4; f++ {
 		if f > 0 {

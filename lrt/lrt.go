@@ -95,9 +95,10 @@ func (m Mode) String() string {
 // scanMax is the largest set Balanced compares in full. With two choices a
 // backend can win at most the share of pairs it is drawn in, 2/n of picks,
 // which at four backends caps the fastest at half the traffic even when it
-// could take more (TestScanOrTwoChoices). A full scan of four cost 45 ns
-// against 36 for two choices, of eight 66 ns against 37
-// (BenchmarkScanOrTwoChoices): four is where the scan stops paying.
+// could take more (TestScanOrTwoChoices). When the value was chosen, a full
+// scan of four cost 45 ns against 36 for two choices, of eight 66 ns
+// against 37 (BenchmarkScanOrTwoChoices, before the trial of unmeasured
+// backends was added to Pick): four is where the scan stops paying.
 const scanMax = 4
 
 // Defaults.
