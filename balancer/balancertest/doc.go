@@ -71,7 +71,10 @@
 //     2,000 calls for each request shape (no key, a key, Avoid with
 //     Attempt 0, 1 and 2 or more) and with every shape of Result, in sets
 //     of 3, 16 and 64, so that a picker allocating on one call in two does
-//     not round down to zero as testing.AllocsPerRun would.
+//     not round down to zero as testing.AllocsPerRun would. The count is of
+//     the whole process, so no backend gets two failures in a row: a
+//     passive health check around the picker ejects nothing, and does no
+//     background work, during the count.
 //   - Concurrent: Pick and Done in four goroutines race with Updates from
 //     two; run the tests with -race for this check to find data races.
 //
