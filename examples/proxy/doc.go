@@ -27,5 +27,10 @@
 // proxy stops on SIGINT or SIGTERM, letting requests in flight finish for
 // up to 10 seconds.
 //
-// Everything but flag parsing is in run, which tests call directly.
+// The command is package proxycmd and nothing else: main.go is the whole of
+// it. proxycmd holds the flags, the wiring (algorithm, health, lbhttp) and
+// the serving loop, so that another command can reuse them with flags and
+// servers of its own: lbkit-metrics-proxy in examples/prometheus adds
+// Prometheus metrics that way. To change what the proxy does (TLS, timeouts,
+// another key), copy proxycmd's Start, or pass proxycmd.Options.
 package main

@@ -1,0 +1,59 @@
+// Package proxycmd is the command line and the serving loop of an lbkit
+// load-balancing HTTP proxy, so that a command is a main of a few lines:
+// the flags (-listen, -backends or -dns, -algo, -key, -trusted-proxies,
+// -health-path, -health-interval, -max-attempts), an algorithm of
+// bench.Algorithms() wrapped in health, lbhttp.NewProxy in front of it, and
+// a graceful shutdown on SIGINT or SIGTERM. Command proxy (examples/proxy)
+// is this package and nothing else; lbkit-metrics-proxy (examples/prometheus)
+// adds a flag, Prometheus metrics around the picker, and /metrics.
+//
+//	func main() { proxycmd.Main(run) }
+//
+//	// run is the whole program but its exit: tests call it.
+//	func run(ctx context.Context, args []string, stderr io.Writer) int {
+//		return proxycmd.NewFlags("myproxy").Run(ctx, args, stderr, nil)
+//	}
+//
+// A command with more to do adds its own flags to Flags.FlagSet before
+// parsing, and returns Options from the function it passes to Run, which is
+// called with the parsed Config:
+//
+//	f := proxycmd.NewFlags("myproxy")
+//	admin := f.FlagSet.String("admin-listen", "127.0.0.1:9000", "`address` of the admin page")
+//	return f.Run(ctx, args, stderr, func(c proxycmd.Config) (proxycmd.Options, error) {
+//		return proxycmd.Options{
+//			OnChange: func(ch health.Change) { ... },                             // every health state change
+//			Wrap:     func(h *health.Balancer) (balancer.Balancer, error) { ... }, // a decorator, outermost
+//			Servers:  []proxycmd.Server{{Name: "admin", Addr: *admin, Handler: mux}},
+//		}, nil
+//	})
+//
+// Tests, and programs that do more than serve, call Start instead of Run:
+// it returns once every listener is open, with the addresses (port 0
+// resolved), and the proxy stops when its context ends (Done, Wait).
+//
+// What the package does, so that a command does not have to:
+//
+//   - A bad flag prints one line on stderr naming the flag and saying what is
+//     accepted, then "Run NAME -h for the flags.", and Run returns ExitUsage
+//     (2) without serving. -h prints the usage, the command's own flags
+//     included, and returns ExitOK.
+//   - The algorithm sees only the backends fit to serve: health wraps it
+//     (passive ejection always, active GET probes of -health-path when set)
+//     and every state change is logged. Options.Wrap goes around health, so a
+//     decorator sees every pick, retries included, and every Done; the
+//     backends, static or resolved from DNS, go to the outermost layer's
+//     Update. A -dns name that does not resolve at start is an error.
+//   - The proxy is lbhttp.NewProxy with the -key affinity key, the trusted
+//     proxies and -max-attempts: Done when each response body ends, a
+//     refused connection retried on another backend, 503 with no backend.
+//   - The proxy and each of Options.Servers get a listener of their own; if
+//     any address cannot be listened on, nothing is served and Run returns
+//     ExitError. When the context ends (Main: SIGINT or SIGTERM), or one
+//     server stops on its own, every server stops taking connections and
+//     requests in flight get up to ShutdownGrace to finish; then the health
+//     checks and the DNS refresher stop, and Serve returns.
+//
+// Config is plain data: a program may build one itself, or change the one
+// Parse returns, before calling Start or Serve.
+package proxycmd

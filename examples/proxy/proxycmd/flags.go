@@ -1,0 +1,254 @@
+package proxycmd
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/health"
+)
+
+// DefaultListen is where the proxy serves without -listen: loopback only,
+// so that nothing is exposed by surprise.
+const DefaultListen = "127.0.0.1:8080"
+
+// Config is a parsed command line: what Serve builds and serves.
+type Config struct {
+	// Listen is the address the proxy serves on (-listen).
+	Listen string
+	// Backends is the static set (-backends): balancer.Endpoints whose ID
+	// is "host:port", with their weights. Nil when DNSHost is set.
+	Backends []balancer.Backend
+	// DNSHost is the name resolved for the backends (-dns), every
+	// DNSInterval (-dns-interval); each address serves on DNSPort. Empty
+	// with -backends.
+	DNSHost     string
+	DNSPort     uint16
+	DNSInterval time.Duration
+	// Algorithm is the picker (-algo), one of bench.Algorithms().
+	Algorithm bench.Algorithm
+	// Key is the affinity key as given (-key): "ip", "header:NAME" or
+	// "cookie:NAME". KeyFunc turns it into an lbhttp.KeyFunc.
+	Key string
+	// TrustedProxies are the peers whose X-Forwarded-For is believed
+	// (-trusted-proxies): for the ip key, and to forward earlier hops.
+	TrustedProxies []netip.Prefix
+	// HealthPath is the path probed with GET on every backend
+	// (-health-path). Empty: no active checks; passive ejection still runs.
+	HealthPath string
+	// HealthInterval is the time between two probes of a backend
+	// (-health-interval).
+	HealthInterval time.Duration
+	// MaxAttempts bounds the backends one request is tried on, the first
+	// included (-max-attempts).
+	MaxAttempts int
+}
+
+// KeyFunc returns the affinity key c.Key names. A header or cookie key falls
+// back to the client address when the request lacks it, so that such
+// clients still spread; the address is read from X-Forwarded-For only when
+// the peer is one of c.TrustedProxies.
+func (c Config) KeyFunc() lbhttp.KeyFunc {
+	ip := lbhttp.ClientIP(c.TrustedProxies...)
+	kind, name, _ := strings.Cut(c.Key, ":")
+	switch kind {
+	case "header":
+		return lbhttp.First(lbhttp.Header(name), ip)
+	case "cookie":
+		return lbhttp.First(lbhttp.Cookie(name), ip)
+	}
+	return ip
+}
+
+// Flags is a proxy's command line: a flag set holding lbkit's flags, to
+// which a command adds its own before Parse. Use one Flags for one Parse.
+type Flags struct {
+	// FlagSet holds the flags, and parses with flag.ContinueOnError:
+	// define a command's own flags on it, and read them after Parse.
+	// Parse it only through Flags.Parse or Flags.Run, which check and
+	// convert lbkit's flags.
+	FlagSet *flag.FlagSet
+
+	name string
+	c    Config // filled by the flags that need no conversion
+	// The flags read as text, converted by Parse.
+	backends, dns, algo, trusted string
+}
+
+// NewFlags returns the flags of a command called name, which Parse's usage
+// and Run's messages show.
+func NewFlags(name string) *Flags {
+	f := &Flags{name: name, FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
+	fs := f.FlagSet
+	fs.SetOutput(io.Discard) // Run prints errors once, in its own words
+	fs.StringVar(&f.c.Listen, "listen", DefaultListen, "`address` to serve the proxy on")
+	fs.StringVar(&f.backends, "backends", "", "static backends: `host:port[=weight],...`")
+	fs.StringVar(&f.dns, "dns", "", "resolve backends from DNS: `host:port` (instead of -backends)")
+	fs.DurationVar(&f.c.DNSInterval, "dns-interval", lbhttp.DefaultRefreshInterval, "time between DNS resolutions")
+	fs.StringVar(&f.algo, "algo", "leastconn", "algorithm: "+strings.Join(algoNames(), ", "))
+	fs.StringVar(&f.c.Key, "key", "ip", "affinity key: ip, header:NAME or cookie:NAME")
+	fs.StringVar(&f.trusted, "trusted-proxies", "", "`CIDRs` or addresses whose X-Forwarded-For is believed, comma-separated")
+	fs.StringVar(&f.c.HealthPath, "health-path", "", "`path` to probe with GET on every backend (empty: no active checks)")
+	fs.DurationVar(&f.c.HealthInterval, "health-interval", health.DefaultInterval, "time between two probes of a backend")
+	fs.IntVar(&f.c.MaxAttempts, "max-attempts", lbhttp.DefaultMaxAttempts, "backends tried per request, the first included")
+	return f
+}
+
+// Parse parses args and checks lbkit's flags. Its errors are for the user:
+// they name the flag and say what is accepted. On -h it prints the usage,
+// the command's own flags included, on stderr and returns flag.ErrHelp.
+func (f *Flags) Parse(args []string, stderr io.Writer) (Config, error) {
+	if err := f.FlagSet.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "Usage: %[1]s -backends host:port[=weight],... [flags]\n   or: %[1]s -dns host:port [flags]\n\nFlags:\n", f.name)
+			f.FlagSet.SetOutput(stderr)
+			f.FlagSet.PrintDefaults()
+			f.FlagSet.SetOutput(io.Discard)
+		}
+		return Config{}, err
+	}
+	if f.FlagSet.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q: every setting is a flag", f.FlagSet.Arg(0))
+	}
+	c := f.c
+	if err := f.convert(&c); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// convert fills c from the flags read as text, and checks the others.
+func (f *Flags) convert(c *Config) error {
+	var err error
+	switch {
+	case f.backends == "" && f.dns == "":
+		return errors.New("-backends or -dns is required")
+	case f.backends != "" && f.dns != "":
+		return errors.New("-backends and -dns exclude each other")
+	case f.backends != "":
+		if c.Backends, err = parseBackends(f.backends); err != nil {
+			return fmt.Errorf("-backends: %w", err)
+		}
+	default:
+		if c.DNSHost, c.DNSPort, err = splitHostPort(f.dns); err != nil {
+			return fmt.Errorf("-dns: %w", err)
+		}
+		if c.DNSInterval <= 0 {
+			return fmt.Errorf("-dns-interval: %v is not positive", c.DNSInterval)
+		}
+	}
+
+	found := false
+	for _, a := range bench.Algorithms() {
+		if a.Name == f.algo {
+			c.Algorithm, found = a, true
+		}
+	}
+	if !found {
+		return fmt.Errorf("-algo: unknown algorithm %q; one of %s", f.algo, strings.Join(algoNames(), ", "))
+	}
+
+	kind, name, _ := strings.Cut(c.Key, ":")
+	switch {
+	case c.Key == "ip":
+	case (kind == "header" || kind == "cookie") && name != "":
+		if c.Algorithm.Name == "iphash" {
+			return fmt.Errorf("-key %s: iphash hashes client addresses; use -key ip, or -algo ring or maglev for a %s key", c.Key, kind)
+		}
+	default:
+		return fmt.Errorf("-key: %q is not ip, header:NAME or cookie:NAME", c.Key)
+	}
+
+	if f.trusted != "" {
+		for s := range strings.SplitSeq(f.trusted, ",") {
+			p, err := parsePrefix(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("-trusted-proxies: %w", err)
+			}
+			c.TrustedProxies = append(c.TrustedProxies, p)
+		}
+	}
+
+	if c.HealthPath != "" && !strings.HasPrefix(c.HealthPath, "/") {
+		return fmt.Errorf("-health-path: %q does not start with /", c.HealthPath)
+	}
+	if c.HealthInterval < health.MinInterval {
+		return fmt.Errorf("-health-interval: %v is below the minimum of %v", c.HealthInterval, health.MinInterval)
+	}
+	if c.MaxAttempts < 1 {
+		return fmt.Errorf("-max-attempts: %d is below 1", c.MaxAttempts)
+	}
+	return nil
+}
+
+func algoNames() []string {
+	var names []string
+	for _, a := range bench.Algorithms() {
+		names = append(names, a.Name)
+	}
+	return names
+}
+
+// parseBackends reads "host:port[=weight],...".
+func parseBackends(s string) ([]balancer.Backend, error) {
+	var bs []balancer.Backend
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		addr, w, hasWeight := strings.Cut(item, "=")
+		if _, _, err := splitHostPort(addr); err != nil {
+			return nil, err
+		}
+		weight := 1
+		if hasWeight {
+			n, err := strconv.Atoi(w)
+			if err != nil || n < 1 || n > balancer.MaxWeight {
+				return nil, fmt.Errorf("%q: weight %q is not a whole number from 1 to %d", item, w, balancer.MaxWeight)
+			}
+			weight = n
+		}
+		bs = append(bs, balancer.NewEndpoint(addr, weight))
+	}
+	if err := balancer.Validate(bs); err != nil {
+		return nil, err
+	}
+	return bs, nil
+}
+
+// splitHostPort checks "host:port" with a non-empty host and a port from 1
+// to 65535.
+func splitHostPort(s string) (string, uint16, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return "", 0, fmt.Errorf("%q is not host:port", s)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		return "", 0, fmt.Errorf("%q: port %q is not a number from 1 to 65535", s, port)
+	}
+	return host, uint16(n), nil
+}
+
+// parsePrefix reads a CIDR, or an address meaning just itself.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is neither an address nor a CIDR prefix", s)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
