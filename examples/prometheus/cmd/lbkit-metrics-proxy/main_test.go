@@ -18,60 +18,64 @@ import (
 
 	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/examples/prometheus/internal/scrape"
+	"github.com/lbkit/lbkit/examples/proxy/proxycmd"
 )
 
+// TestBadFlags checks that a mistake, in examples/proxy's flags or in
+// -metrics-listen, gets one line on stderr naming the flag and exit status
+// 2. proxycmd's TestParseErrors checks every message of the shared flags.
 func TestBadFlags(t *testing.T) {
-	tests := []struct {
-		name string
+	tests := map[string]struct {
 		args []string
 		want string
 	}{
-		{"no backends", nil, "-backends is required"},
-		{"unknown flag", []string{"-backend", "a:1"}, "flag provided but not defined: -backend"},
-		{"stray argument", []string{"-backends", "a:1", "extra"}, `unexpected argument "extra"`},
-		{"backend without port", []string{"-backends", "10.0.0.1"}, `-backends: "10.0.0.1" is not host:port`},
-		{"empty item", []string{"-backends", "a:1,,b:2"}, `-backends: "" is not host:port`},
-		{"bad weight", []string{"-backends", "a:1=x"}, `-backends: "a:1=x": weight "x" is not a whole number`},
-		{"zero weight", []string{"-backends", "a:1=0"}, "-backends: balancer: weight out of range"},
-		{"duplicate", []string{"-backends", "a:1,a:1"}, "-backends: balancer: duplicate backend ID"},
-		{"unknown algo", []string{"-backends", "a:1", "-algo", "random"}, `-algo: unknown algorithm "random"; one of rr, wrr, leastconn`},
-		{"bad trusted", []string{"-backends", "a:1", "-trusted-proxies", "10.0.0.0/8,corp"}, `-trusted-proxies: "corp" is not a CIDR prefix`},
-		{"bad health path", []string{"-backends", "a:1", "-health-path", "healthz"}, `-health-path: "healthz" does not start with /`},
-		{"bad health interval", []string{"-backends", "a:1", "-health-interval", "0s"}, "-health-interval: 0s is below the minimum"},
-		{"bad attempts", []string{"-backends", "a:1", "-max-attempts", "0"}, "-max-attempts: 0 is below 1"},
+		"no backends":    {nil, "-backends or -dns is required"},
+		"unknown flag":   {[]string{"-backend", "a:1"}, "flag provided but not defined: -backend"},
+		"zero weight":    {[]string{"-backends", "a:1=0"}, `-backends: "a:1=0": weight "0" is not a whole number from 1 to 1000000`},
+		"bad trusted":    {[]string{"-backends", "a:1", "-trusted-proxies", "10.0.0.0/8,corp"}, `-trusted-proxies: "corp" is neither an address nor a CIDR prefix`},
+		"metrics no arg": {[]string{"-backends", "a:1", "-metrics-listen"}, "flag needs an argument: -metrics-listen"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			code := run(t.Context(), tt.args, &stderr)
-			assert.Equal(t, exitUsage, code)
-			assert.Contains(t, stderr.String(), tt.want)
-			assert.True(t, strings.HasPrefix(stderr.String(), "lbkit-metrics-proxy: "), "one message, not the usage: %q", stderr.String())
-		})
+	for name, tt := range tests {
+		var stderr bytes.Buffer
+		require.Equal(t, proxycmd.ExitUsage, run(t.Context(), tt.args, &stderr), name)
+		line, rest, _ := strings.Cut(stderr.String(), "\n")
+		assert.Equal(t, "lbkit-metrics-proxy: "+tt.want, line, "%s: one message, not the usage", name)
+		assert.Equal(t, "Run lbkit-metrics-proxy -h for the flags.\n", rest, name)
 	}
 }
 
+// TestHelp checks that -h lists examples/proxy's flags and this one's.
 func TestHelp(t *testing.T) {
-	var stderr bytes.Buffer
-	assert.Equal(t, exitOK, run(t.Context(), []string{"-h"}, &stderr))
-	assert.Contains(t, stderr.String(), "Usage: lbkit-metrics-proxy")
-	assert.Contains(t, stderr.String(), "-metrics-listen")
+	var usage bytes.Buffer
+	require.Equal(t, proxycmd.ExitOK, run(t.Context(), []string{"-h"}, &usage))
+	for _, want := range []string{"Usage: lbkit-metrics-proxy", "-backends", "-metrics-listen address", `(default "127.0.0.1:9464")`} {
+		assert.Contains(t, usage.String(), want)
+	}
 }
 
+// TestEveryAlgorithmAccepted checks that every algorithm of the bench
+// parses, and gets its metrics and its algo label.
 func TestEveryAlgorithmAccepted(t *testing.T) {
 	for _, a := range bench.Algorithms() {
-		c, err := parse([]string{"-backends", "127.0.0.1:1=2,127.0.0.1:2", "-algo", a.Name}, io.Discard)
+		f, metricsListen := flags()
+		c, err := f.Parse([]string{"-backends", "127.0.0.1:1=2,127.0.0.1:2", "-algo", a.Name, "-metrics-listen", ":1"}, io.Discard)
 		require.NoError(t, err, a.Name)
-		assert.Equal(t, a.Name, c.algo.Name)
-		assert.Len(t, c.backends, 2)
+		assert.Equal(t, a.Name, c.Algorithm.Name)
+		assert.Len(t, c.Backends, 2)
+		assert.Equal(t, ":1", *metricsListen)
+		o, err := options(c, *metricsListen)
+		require.NoError(t, err, a.Name)
+		assert.Equal(t, ":1", o.Servers[0].Addr)
 	}
 }
 
+// TestListenFails checks that a -metrics-listen address that cannot be
+// listened on stops the command with status 1 and the reason logged.
 func TestListenFails(t *testing.T) {
-	var stderr bytes.Buffer
-	code := run(t.Context(), []string{"-backends", "127.0.0.1:1", "-metrics-listen", "127.0.0.1:99999"}, &stderr)
-	assert.Equal(t, exitError, code)
-	assert.Contains(t, stderr.String(), "invalid port")
+	var log bytes.Buffer
+	code := run(t.Context(), []string{"-backends", "127.0.0.1:1", "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:99999"}, &log)
+	require.Equal(t, proxycmd.ExitError, code, log.String())
+	assert.Regexp(t, `level=ERROR msg="lbkit-metrics-proxy: listen tcp: .*invalid port"`, log.String())
 }
 
 // TestMetricsEndToEnd runs the proxy on loopback in front of four real
@@ -99,23 +103,19 @@ func TestMetricsEndToEnd(t *testing.T) {
 		id[v] = k
 	}
 
-	c, err := parse([]string{
+	f, metricsListen := flags()
+	c, err := f.Parse([]string{
 		"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-algo", "rr",
 		"-backends", strings.Join([]string{id["fast"], id["slow"], id["failing"], id["doomed"]}, ","),
 	}, io.Discard)
 	require.NoError(t, err)
+	o, err := options(c, *metricsListen)
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
-	listening := make(chan addrs, 1)
-	served := make(chan error, 1)
-	go func() { served <- serve(ctx, c, slog.New(slog.NewTextHandler(t.Output(), nil)), listening) }()
-	var at addrs
-	select {
-	case at = <-listening:
-	case err := <-served:
-		t.Fatalf("serve returned before listening: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not listen within 10s")
-	}
+	defer cancel()
+	p, err := proxycmd.Start(ctx, c, slog.New(slog.NewTextHandler(t.Output(), nil)), o)
+	require.NoError(t, err)
+	at := struct{ proxy, metrics string }{p.Addrs[0], p.Addrs[1]}
 
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
 	metrics := func() scrape.Values {
@@ -231,14 +231,14 @@ func TestMetricsEndToEnd(t *testing.T) {
 	})
 	assert.Equal(t, 1.0, v.Backend(id["doomed"])["lbkit_backend_state_changes_total/ejected"])
 
-	// Stop: serve returns, and every goroutine it, the backends and the
+	// Stop: the proxy stops, and every goroutine it, the backends and the
 	// client started ends.
 	cancel()
 	select {
-	case err := <-served:
-		require.NoError(t, err)
+	case <-p.Done():
+		require.NoError(t, p.Wait())
 	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not return within 15s of its context ending")
+		t.Fatal("the proxy did not stop within 15s of its context ending")
 	}
 	client.CloseIdleConnections()
 	for _, s := range []*httptest.Server{fast, slow, failing} {
