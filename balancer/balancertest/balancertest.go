@@ -901,7 +901,7 @@ func checkConcurrent(newBalancer func() balancer.Balancer) error {
 	if err := update(b, sets[0]); err != nil {
 		return err
 	}
-	const pickers, updaters, picks, updates = 4, 2, 2000, 30
+	const pickers, updaters, picks, updates = 4, 2, 2000, 12
 	ks := keys(256)
 	var picked, exited, updating atomic.Int64
 	updating.Store(updaters)
