@@ -864,13 +864,34 @@ func checkAllocs(newBalancer func() balancer.Balancer) error {
 					break
 				}
 			}
-			if best != 0 {
-				return fmt.Errorf("n=%d, %s: %d Pick+Done pairs allocated %d times (%.3g per pair) in the best of %d rounds, want 0",
-					n, sh.name, len(reqs), best, float64(best)/float64(len(reqs)), allocRounds)
+			if best > allowedMallocs(len(reqs)) {
+				return fmt.Errorf("n=%d, %s: %d Pick+Done pairs allocated %d times (%.3g per pair) in the best of %d rounds, want %s",
+					n, sh.name, len(reqs), best, float64(best)/float64(len(reqs)), allocRounds, wantMallocs())
 			}
 		}
 	}
 	return nil
+}
+
+// allowedMallocs is how many allocations checkAllocs tolerates over pairs
+// Pick+Done pairs: none, but under the race detector one in a hundred
+// pairs, whose instrumentation allocates now and then on paths that
+// allocate nothing without it. A picker that allocates on one pair in ten,
+// or on every retry or every failure, still fails under -race; the strict
+// count is the one without it (.ci/test runs the kit both ways).
+func allowedMallocs(pairs int) uint64 {
+	if raceEnabled {
+		return uint64(pairs / 100)
+	}
+	return 0
+}
+
+// wantMallocs says what allowedMallocs allows, for messages.
+func wantMallocs() string {
+	if raceEnabled {
+		return "at most 1 in 100 under -race"
+	}
+	return "0"
 }
 
 // countMallocs returns how many heap allocations f made, counted as
