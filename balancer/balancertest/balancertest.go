@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,10 +81,35 @@ const checkTimeout = time.Minute
 
 // runCheck runs one check in a goroutine of its own, so that a panic in
 // it or a picker that never returns fails the check and not the binary.
+//
+// A Balancer that implements io.Closer (health.Balancer does) is closed
+// when the check that made it ends, so that background work it started
+// (a health check applying an ejection) does not run on into the next
+// check, whose allocation count is of the whole process.
 func runCheck(c check, newBalancer func() balancer.Balancer) error {
+	var (
+		mu   sync.Mutex
+		made []balancer.Balancer
+	)
+	tracked := func() balancer.Balancer {
+		b := newBalancer()
+		mu.Lock()
+		made = append(made, b)
+		mu.Unlock()
+		return b
+	}
 	var err error
 	select {
-	case err = <-goErr(func() error { return c.run(newBalancer) }):
+	case err = <-goErr(func() error { return c.run(tracked) }):
+		mu.Lock()
+		for _, b := range made {
+			if cl, ok := b.(io.Closer); ok {
+				if cerr := cl.Close(); cerr != nil && err == nil {
+					err = fmt.Errorf("close after the check: %w", cerr)
+				}
+			}
+		}
+		mu.Unlock()
 	case <-time.After(checkTimeout):
 		err = fmt.Errorf("did not finish in %v: a Pick, Done or Update never returned (an endless loop or a deadlock?)", checkTimeout)
 	}
@@ -807,6 +834,15 @@ func checkAllocs(newBalancer func() balancer.Balancer) error {
 		if err := update(b, bs); err != nil {
 			return err
 		}
+		// No backend gets two failures in a row, in any shape or round, so
+		// that a passive health check wrapped around the picker ejects
+		// nothing: an ejection's work (a new set for the inner picker, a
+		// change reported) is done off the request path and allocates,
+		// legitimately, but this count is of the whole process.
+		failed := make(map[balancer.Backend]bool, n)
+		for _, x := range bs {
+			failed[x] = false // every key present: writes will not allocate
+		}
 		shapes := []struct {
 			name string
 			req  func(i int) balancer.Request
@@ -829,15 +865,6 @@ func checkAllocs(newBalancer func() balancer.Balancer) error {
 				reqs[i] = sh.req(i)
 			}
 			var perr error
-			// No backend gets two failures in a row, so that a passive
-			// health check wrapped around the picker ejects nothing: an
-			// ejection's work (a new set for the inner picker) is done off
-			// the request path and allocates, legitimately, but this
-			// count is of the whole process.
-			failed := make(map[balancer.Backend]bool, n)
-			for _, x := range bs {
-				failed[x] = false // every key present: writes will not allocate
-			}
 			run := func() {
 				for i, req := range reqs {
 					got, err := b.Pick(req)
@@ -846,11 +873,15 @@ func checkAllocs(newBalancer func() balancer.Balancer) error {
 						return
 					}
 					r := results[i%len(results)]
-					fails := r.Err != nil && !r.Abandoned()
-					if fails && failed[got] {
-						r, fails = results[0], false
+					switch fails := r.Err != nil && !r.Abandoned(); {
+					case fails && failed[got]:
+						r = results[0] // a success instead
+						failed[got] = false
+					case !r.Abandoned():
+						// An abandoned request is neither: it does not end
+						// a run of failures.
+						failed[got] = fails
 					}
-					failed[got] = fails
 					fb.Done(got, r)
 				}
 			}
