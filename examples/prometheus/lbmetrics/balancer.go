@@ -3,6 +3,7 @@ package lbmetrics
 import (
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"sync"
@@ -45,7 +46,20 @@ type Balancer struct {
 var (
 	_ balancer.Balancer = (*Balancer)(nil)
 	_ balancer.Feedback = (*Balancer)(nil)
+	_ io.Closer         = (*Balancer)(nil)
 )
+
+// Close closes the wrapped balancer if it has a Close method
+// (health.Balancer has: it stops its probes and its applier), so that a
+// decorated stack can be shut down from the top; otherwise it does
+// nothing. The series stay registered: unregister the Metrics to drop
+// them.
+func (b *Balancer) Close() error {
+	if c, ok := b.inner.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
 
 // snapshot is an immutable map from backend ID to series.
 type snapshot struct {

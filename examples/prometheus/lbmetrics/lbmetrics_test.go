@@ -522,3 +522,21 @@ func TestConcurrent(t *testing.T) {
 		assert.Equal(t, 1.0, ones, "%s: one state at 1", be.ID())
 	}
 }
+
+// Close reaches a wrapped health.Balancer: its applier and probes stop.
+func TestCloseReachesInner(t *testing.T) {
+	m, err := lbmetrics.New(lbmetrics.Config{})
+	require.NoError(t, err)
+	h, err := health.New(leastconn.New(), health.Config{})
+	require.NoError(t, err)
+	b, err := m.Wrap(h)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	assert.ErrorIs(t, h.Start(context.Background()), health.ErrClosed, "the inner balancer was closed")
+
+	plain, err := lbmetrics.New(lbmetrics.Config{})
+	require.NoError(t, err)
+	pb, err := plain.Wrap(leastconn.New())
+	require.NoError(t, err)
+	assert.NoError(t, pb.Close(), "nothing to close")
+}
