@@ -84,7 +84,10 @@
 // A panic in a check, in the kit's goroutine or in one it starts, and a
 // (nil, nil) pick, fail that check with the stack; a check that does not
 // finish in a minute (a picker stuck in a loop or a deadlock) fails too.
-// None of them ends the test binary.
+// None of them ends the test binary. Every check starts from new
+// Balancers; those that implement io.Closer (health.Balancer does) are
+// closed when the check ends, so that no background work of one check runs
+// into the next.
 //
 // Request keys are client addresses ("192.0.2.7", "[2001:db8::1]:443", ...)
 // so that pickers that parse keys, such as iphash, can run the kit too.
