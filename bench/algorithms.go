@@ -83,3 +83,14 @@ func algorithm(name string, weighted bool, sim func(func() uint64, func() time.T
 		Weighted: weighted,
 	}
 }
+
+// Lookup returns the configuration of Algorithms named name, and false
+// when there is none.
+func Lookup(name string) (Algorithm, bool) {
+	for _, a := range Algorithms() {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return Algorithm{}, false
+}

@@ -88,3 +88,14 @@ func TestSimSeams(t *testing.T) {
 		})
 	}
 }
+
+func TestLookup(t *testing.T) {
+	for _, want := range bench.Algorithms() {
+		got, ok := bench.Lookup(want.Name)
+		require.True(t, ok, want.Name)
+		assert.Equal(t, want.Name, got.Name)
+		assert.Equal(t, want.Weighted, got.Weighted)
+	}
+	_, ok := bench.Lookup("random")
+	assert.False(t, ok)
+}

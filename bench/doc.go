@@ -6,7 +6,8 @@
 //     the scenario simulator, package bench/sim, and its command,
 //     `go run ./bench/cmd/lbsim`. It builds each picker with
 //     Algorithm.Sim, on the simulator's seeded random source and virtual
-//     clock.
+//     clock. Package bench/live plays the same scenarios for real, through
+//     a reverse proxy on loopback (`lbsim -live`), to check the simulator.
 //   - What a pick costs, below.
 //
 // # Selection cost

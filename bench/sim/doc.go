@@ -13,12 +13,19 @@
 //	go run ./bench/cmd/lbsim -proxies 1,10               # and a fleet of 10 balancers
 //	go run ./bench/cmd/lbsim -backends 20ms:c=4,20ms:c=4,80ms:c=4 -users 60
 //	go run ./bench/cmd/lbsim -html report.html           # tables and charts over time
+//	go run ./bench/cmd/lbsim -live -scenarios steady     # the same for real, beside the simulation
 //
 // From Go:
 //
 //	rep, err := sim.Run(sim.Defaults(nil), bench.Algorithms(), sim.Options{Seed: 1})
 //	if err != nil { ... }
 //	rep.WriteText(os.Stdout) // or WriteMarkdown, WriteHTML
+//
+// With -live, lbsim also plays the scenarios for real, with every
+// duration scaled down (-scale, default 0.1: 18 s per 3-minute run),
+// through lbhttp's reverse proxy to HTTP backends on 127.0.0.1, and
+// prints the live tables and a table of simulated against live figures
+// (Comparison). Package bench/live says how, and how far they agree.
 //
 // To ask about your own service, describe its backends as ParseBackends
 // reads them: each backend's median service time, and optionally its
@@ -37,8 +44,8 @@
 //   - RPS: successful user requests per second over the whole scenario.
 //   - mean, p50, p95, p99: latency of successful user requests as the
 //     user saw it, queueing and retries included.
-//   - errors: user requests that failed: refused with no retry left, in
-//     flight on a backend when it died, or no backend to pick.
+//   - errors: user requests that failed: refused, or in flight on a
+//     backend when it died, with no retry left; or no backend to pick.
 //   - retries: attempts beyond each request's first.
 //   - RPS before, RPS after, change: successful throughput before the
 //     scenario's first outage and during it.
@@ -125,9 +132,11 @@
 // user request for any algorithm (TestFailure).
 //
 // What is not simulated: network time (but for a refusal), connection
-// set-up and pooling, the CPU cost of picking, timeouts, request and
-// response sizes, a backend slowing down or failing before it dies, or
-// serving more slowly under load except by queueing at its capacity.
+// set-up and pooling, the CPU cost of picking and proxying, timeouts,
+// request and response sizes, a backend slowing down or failing before
+// it dies, or serving more slowly under load except by queueing at its
+// capacity. Package bench/live plays the scenarios through a real proxy,
+// where the first four happen, and measures what they add.
 //
 // # Checks against theory
 //

@@ -2,9 +2,7 @@ package sim
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
-	"slices"
 	"syscall"
 	"time"
 
@@ -104,7 +102,7 @@ type engine struct {
 	eps     []*endpoint
 
 	// Measured.
-	latencies         []int64
+	latencies         []time.Duration
 	ok, errs, retries int64
 	okBefore, okAfter int64
 	window            [2]int64 // the outage compared, [at, until)
@@ -227,7 +225,7 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		}
 	}
 	e.scheduleProfile()
-	e.latencies = make([]int64, 0, e.expectedRequests())
+	e.latencies = make([]time.Duration, 0, e.expectedRequests())
 	return e, nil
 }
 
@@ -398,7 +396,7 @@ func (e *engine) finish(u int32, token uint32) {
 	}
 	e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt)})
 	lat := e.now - us.start
-	e.latencies = append(e.latencies, lat)
+	e.latencies = append(e.latencies, time.Duration(lat))
 	e.ok++
 	if e.hasWindow {
 		if e.now < e.window[0] {
@@ -544,17 +542,7 @@ func (e *engine) result(algo string, proxies int) Result {
 		RPS:       float64(e.ok) / time.Duration(e.end).Seconds(),
 		Backends:  make([]BackendResult, len(e.servers)),
 	}
-	if n := len(e.latencies); n > 0 {
-		slices.Sort(e.latencies)
-		var sum int64
-		for _, l := range e.latencies {
-			sum += l
-		}
-		r.Mean = time.Duration(sum / int64(n))
-		r.Median = time.Duration(rank(e.latencies, 0.50))
-		r.P95 = time.Duration(rank(e.latencies, 0.95))
-		r.P99 = time.Duration(rank(e.latencies, 0.99))
-	}
+	r.SetLatencies(e.latencies)
 	var sent int64
 	for i := range e.servers {
 		sent += e.servers[i].sent
@@ -605,10 +593,4 @@ func (e *engine) result(algo string, proxies int) Result {
 		r.Failure = f
 	}
 	return r
-}
-
-// rank returns the nearest-rank p-quantile of sorted xs.
-func rank(xs []int64, p float64) int64 {
-	i := int(math.Ceil(p*float64(len(xs)))) - 1
-	return xs[max(i, 0)]
 }

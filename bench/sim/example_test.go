@@ -24,12 +24,9 @@ func Example() {
 		Stages:   []sim.Stage{{Duration: 10 * time.Second, Target: 6}},
 		Think:    20 * time.Millisecond,
 	}
-	var algos []bench.Algorithm
-	for _, a := range bench.Algorithms() {
-		if a.Name == "rr" || a.Name == "leastconn" {
-			algos = append(algos, a)
-		}
-	}
+	rr, _ := bench.Lookup("rr")
+	lc, _ := bench.Lookup("leastconn")
+	algos := []bench.Algorithm{rr, lc}
 	rep, err := sim.Run([]sim.Scenario{sc}, algos, sim.Options{Seed: 1})
 	if err != nil {
 		panic(err)
@@ -49,18 +46,8 @@ func Example() {
 // Simulate plays one run and returns its figures, here the failure
 // scenario's kill under the bare picker and under the full handling.
 func ExampleSimulate() {
-	var sc sim.Scenario
-	for _, s := range sim.Defaults(nil) {
-		if s.Name == "failure" {
-			sc = s
-		}
-	}
-	var lc bench.Algorithm
-	for _, a := range bench.Algorithms() {
-		if a.Name == "leastconn" {
-			lc = a
-		}
-	}
+	sc, _ := sim.Default("failure")
+	lc, _ := bench.Lookup("leastconn")
 	for _, v := range []sim.Variant{sim.None, sim.Active | sim.Passive | sim.Retry} {
 		r, err := sim.Simulate(sc, v, lc, 1, 1)
 		if err != nil {

@@ -10,8 +10,14 @@ import (
 	"unicode/utf8"
 )
 
-// WriteText writes one aligned table per scenario and number of proxies.
+// WriteText writes one aligned table per scenario and number of proxies,
+// after a line naming the Source when it is not "simulation".
 func (r *Report) WriteText(w io.Writer) error {
+	if r.Source != "" && r.Source != simulation {
+		if _, err := fmt.Fprintf(w, "source: %s\n\n", r.Source); err != nil {
+			return err
+		}
+	}
 	return r.sections(w, func(bw *bufio.Writer, sr *ScenarioReport) {
 		fmt.Fprintf(bw, "%s, %s: %s\n", sr.Scenario.Name, plural(sr.Proxies, "proxy", "proxies"), sr.Scenario.Describe())
 		fmt.Fprintf(bw, "  backends %s\n", sr.Scenario.DescribeBackends())
@@ -21,8 +27,14 @@ func (r *Report) WriteText(w io.Writer) error {
 }
 
 // WriteMarkdown writes the tables as GitHub Markdown, one section per
-// scenario and number of proxies.
+// scenario and number of proxies, after a line naming the Source when it
+// is not "simulation".
 func (r *Report) WriteMarkdown(w io.Writer) error {
+	if r.Source != "" && r.Source != simulation {
+		if _, err := fmt.Fprintf(w, "Source: %s.\n\n", r.Source); err != nil {
+			return err
+		}
+	}
 	return r.sections(w, func(bw *bufio.Writer, sr *ScenarioReport) {
 		fmt.Fprintf(bw, "### %s, %s\n\n", sr.Scenario.Name, plural(sr.Proxies, "proxy", "proxies"))
 		fmt.Fprintf(bw, "%s; backends `%s`. Per backend (share of attempts, mean and peak in flight): %s.\n\n",

@@ -1,6 +1,10 @@
 package sim
 
-import "time"
+import (
+	"math"
+	"slices"
+	"time"
+)
 
 // Report is what one invocation measured: for each scenario and number of
 // proxies, every variant × algorithm. It is plain data, filled by the
@@ -9,7 +13,10 @@ import "time"
 type Report struct {
 	// Seed is the seed the runs were derived from.
 	Seed uint64
-	// Source says where the figures come from, "simulation" for Run.
+	// Source says where the figures come from: "simulation" for Run;
+	// for a live run (package bench/live), how it was played and how its
+	// figures were converted. WriteText and WriteMarkdown print it first
+	// unless it is "simulation".
 	Source string
 	// Scenarios holds one entry per scenario and number of proxies, in
 	// the order run.
@@ -42,8 +49,9 @@ type Result struct {
 	Length time.Duration
 	// Requests counts user requests answered with success.
 	Requests int64
-	// Errors counts user requests that failed: refused with no retry left,
-	// failed by a backend dying while serving them, or no backend to pick.
+	// Errors counts user requests that failed: refused, or failed by a
+	// backend dying while serving them, with no retry left; or no backend
+	// to pick.
 	Errors int64
 	// Retries counts attempts beyond each request's first.
 	Retries int64
@@ -58,6 +66,29 @@ type Result struct {
 	Failure *FailureResult
 	// Series is the run over time, for charts.
 	Series Series
+}
+
+// SetLatencies sets Mean, Median, P95 and P99 from the latencies of the
+// successful requests, which it sorts in place: the mean and nearest-rank
+// percentiles. With no latency they are zero.
+func (r *Result) SetLatencies(ls []time.Duration) {
+	r.Mean, r.Median, r.P95, r.P99 = 0, 0, 0, 0
+	if len(ls) == 0 {
+		return
+	}
+	slices.Sort(ls)
+	var sum time.Duration
+	for _, l := range ls {
+		sum += l
+	}
+	r.Mean = sum / time.Duration(len(ls))
+	r.Median, r.P95, r.P99 = rank(ls, 0.50), rank(ls, 0.95), rank(ls, 0.99)
+}
+
+// rank returns the nearest-rank p-quantile of sorted xs.
+func rank(xs []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p*float64(len(xs)))) - 1
+	return xs[max(i, 0)]
 }
 
 // BackendResult is one backend's view of a run.

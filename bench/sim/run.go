@@ -27,6 +27,9 @@ type Options struct {
 	Progress func(done, total int, run string)
 }
 
+// simulation is the Source of the Reports Run returns.
+const simulation = "simulation"
+
 // Run plays every scenario, for each number of proxies, under each of its
 // variants, with every algorithm, and returns the Report. It validates all
 // scenarios before it starts; errors wrap ErrScenario for bad input.
@@ -57,7 +60,7 @@ func Run(scenarios []Scenario, algos []bench.Algorithm, opt Options) (*Report, e
 		proxies        int
 		seed           uint64
 	}
-	rep := &Report{Seed: opt.Seed, Source: "simulation"}
+	rep := &Report{Seed: opt.Seed, Source: simulation}
 	var jobs []job
 	for _, m := range proxies {
 		for _, sc := range scenarios {

@@ -261,6 +261,17 @@ func Defaults(bs []Backend) []Scenario {
 	return out
 }
 
+// Default returns the scenario of Defaults(nil) named name, and false
+// when there is none.
+func Default(name string) (Scenario, bool) {
+	for _, s := range Defaults(nil) {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Scenario{}, false
+}
+
 func cloneBackends(bs []Backend) []Backend {
 	out := make([]Backend, len(bs))
 	for i, b := range bs {

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,25 +21,17 @@ import (
 // algo returns the configuration named name from bench.Algorithms.
 func algo(t testing.TB, name string) bench.Algorithm {
 	t.Helper()
-	for _, a := range bench.Algorithms() {
-		if a.Name == name {
-			return a
-		}
-	}
-	t.Fatalf("no algorithm %q", name)
-	return bench.Algorithm{}
+	a, ok := bench.Lookup(name)
+	require.True(t, ok, "no algorithm %q", name)
+	return a
 }
 
 // scenario returns the default scenario named name.
 func scenario(t testing.TB, name string) sim.Scenario {
 	t.Helper()
-	for _, s := range sim.Defaults(nil) {
-		if s.Name == name {
-			return s
-		}
-	}
-	t.Fatalf("no scenario %q", name)
-	return sim.Scenario{}
+	s, ok := sim.Default(name)
+	require.True(t, ok, "no scenario %q", name)
+	return s
 }
 
 func within(t *testing.T, got, want, tol float64, what string) {
@@ -528,4 +522,50 @@ func BenchmarkSimulate(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(requests), "ns/request")
 		})
 	}
+}
+
+// A Comparison matches results by scenario, proxies, variant and
+// algorithm, and prints both figures with the ratio live/sim; a report
+// from elsewhere names its source first.
+func TestComparison(t *testing.T) {
+	sc := scenario(t, "failure").Scale(0.05)
+	sc.Variants = []sim.Variant{sim.None, sim.Active | sim.Passive | sim.Retry}
+	algos := []bench.Algorithm{algo(t, "rr"), algo(t, "leastconn")}
+	simRep, err := sim.Run([]sim.Scenario{sc}, algos, sim.Options{Seed: 1})
+	require.NoError(t, err)
+	other, err := sim.Run([]sim.Scenario{sc}, algos[1:], sim.Options{Seed: 2})
+	require.NoError(t, err)
+	other.Source = "elsewhere"
+	// A result the simulation lacks.
+	extra := other.Scenarios[0].Results[0]
+	extra.Algorithm = "maglev"
+	other.Scenarios[0].Results = append(other.Scenarios[0].Results, extra)
+
+	var text, md bytes.Buffer
+	c := sim.Comparison{Sim: simRep, Live: other}
+	require.NoError(t, c.WriteText(&text))
+	require.NoError(t, c.WriteMarkdown(&md))
+	t.Log("\n" + text.String())
+	lines := strings.Split(text.String(), "\n")
+	require.GreaterOrEqual(t, len(lines), 5)
+	assert.Equal(t, "failure, 1 proxy: simulated vs live (ratio = live/sim)", lines[0])
+	assert.Regexp(t, `^variant +algorithm +RPS sim +RPS live +ratio +mean ms sim +mean ms live +ratio +errors sim +errors live$`, lines[1])
+
+	s, o := simRep.Scenarios[0].Results[1], other.Scenarios[0].Results[0] // leastconn, none
+	fields := strings.Fields(lines[2])
+	assert.Equal(t, []string{"none", "leastconn",
+		strconv.FormatFloat(s.RPS, 'f', 1, 64), strconv.FormatFloat(o.RPS, 'f', 1, 64), strconv.FormatFloat(o.RPS/s.RPS, 'f', 2, 64),
+		strconv.FormatFloat(s.Mean.Seconds()*1000, 'f', 1, 64), strconv.FormatFloat(o.Mean.Seconds()*1000, 'f', 1, 64),
+		strconv.FormatFloat(float64(o.Mean)/float64(s.Mean), 'f', 2, 64),
+		strconv.FormatInt(s.Errors, 10), strconv.FormatInt(o.Errors, 10)}, fields)
+	assert.Contains(t, lines[4], "maglev", "rows follow the live report")
+	assert.Len(t, strings.Fields(lines[4]), 5, "no simulated figures, no ratios, for a result the simulation lacks")
+	assert.Contains(t, md.String(), "| variant | algorithm | RPS sim | RPS live | ratio |")
+
+	var rep bytes.Buffer
+	require.NoError(t, other.WriteText(&rep))
+	assert.True(t, strings.HasPrefix(rep.String(), "source: elsewhere\n\nfailure, 1 proxy:"), rep.String())
+	rep.Reset()
+	require.NoError(t, other.WriteMarkdown(&rep))
+	assert.True(t, strings.HasPrefix(rep.String(), "Source: elsewhere.\n\n### failure"), rep.String())
 }
