@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,7 +15,7 @@ import (
 
 func runArgs(args ...string) (code int, stdout, stderr string) {
 	var out, errs bytes.Buffer
-	code = run(args, &out, &errs)
+	code = run(context.Background(), args, &out, &errs)
 	return code, out.String(), errs.String()
 }
 
@@ -41,6 +43,10 @@ func TestBadFlags(t *testing.T) {
 		{"malformed stages", []string{"-stages", "3m"}, "want DURATION:TARGET"},
 		{"stage without users", []string{"-stages", "0,1m:0"}, "no users"},
 		{"kill after the end", []string{"-scenarios", "failure", "-stages", "30s:10"}, "outside the scenario"},
+		{"scale without live", []string{"-scale", "0.5"}, "-scale: only with -live"},
+		{"zero scale", []string{"-live", "-scale", "0"}, "-scale: 0 is not in (0, 10]"},
+		{"scale too large", []string{"-live", "-scale", "11"}, "-scale: 11 is not in (0, 10]"},
+		{"scaled interval too short", []string{"-live", "-scale", "0.0001", "-scenarios", "failure", "-interval", "5s"}, "check interval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errs := runArgs(tc.args...)
@@ -105,4 +111,33 @@ func TestUnwritableHTML(t *testing.T) {
 	code, _, errs := runArgs("-scenarios", "steady", "-algos", "rr", "-duration", "1s", "-html", filepath.Join(t.TempDir(), "no", "such", "dir.html"))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errs, "no such file or directory")
+}
+
+// A short live run prints the live tables, said to be live and converted,
+// then the simulated-vs-live table, with a progress line on stderr.
+func TestLive(t *testing.T) {
+	code, out, errs := runArgs("-live", "-scale", "0.2", "-scenarios", "steady", "-algos", "rr", "-duration", "5s", "-users", "10")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "lbsim: live: 1 run, one at a time, about 1s; up to 333 requests/s of real time")
+	assert.Contains(t, errs, "\rlbsim: live 1/1 steady/none/rr ")
+	assert.Contains(t, errs, "lbsim: 1 live run in ")
+	assert.True(t, strings.HasPrefix(out, "source: live, "), out)
+	assert.Contains(t, out, "every duration ×0.2")
+	assert.Contains(t, out, "steady, 1 proxy: 10 users for 5s, think 100ms")
+	assert.Contains(t, out, "steady, 1 proxy: simulated vs live (ratio = live/sim)")
+	assert.Contains(t, out, "RPS sim  RPS live  ratio")
+	assert.Contains(t, out, "\nrr ")
+}
+
+// An interrupted live run stops and says so, with status 1.
+func TestLiveInterrupted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var out, errs bytes.Buffer
+	start := time.Now()
+	code := run(ctx, []string{"-live", "-scale", "1", "-scenarios", "steady", "-algos", "rr", "-duration", "1m", "-users", "5"}, &out, &errs)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs.String(), "context deadline exceeded")
+	assert.Less(t, time.Since(start), 20*time.Second, "it stopped long before the minute")
+	assert.Empty(t, out.String())
 }

@@ -1,0 +1,50 @@
+package live_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/bench/live"
+	"github.com/lbkit/lbkit/bench/sim"
+)
+
+// Play one small scenario live, a second of real time at scale 0.5, and
+// set it beside the simulation. Live figures vary from run to run, so the
+// example prints what does not: the errors, and whether the split and the
+// throughput agree with the simulation's.
+func ExamplePlay() {
+	bs, err := sim.ParseBackends("20ms,60ms")
+	if err != nil {
+		panic(err)
+	}
+	sc := sim.Scenario{
+		Name:     "small",
+		Backends: bs,
+		Users:    4,
+		Stages:   []sim.Stage{{Duration: 2 * time.Second, Target: 4}},
+		Think:    40 * time.Millisecond,
+	}
+	rr, _ := bench.Lookup("rr")
+	got, err := live.Play(context.Background(), sc, sim.None, rr, 1, live.Options{Scale: 0.5})
+	if err != nil {
+		panic(err)
+	}
+	want, err := sim.Simulate(sc, sim.None, rr, 1, 1)
+	if err != nil {
+		panic(err)
+	}
+	sameShares := true
+	for i := range got.Backends {
+		sameShares = sameShares && math.Abs(got.Backends[i].Share-want.Backends[i].Share) < 0.05
+	}
+	fmt.Println("errors:", got.Errors)
+	fmt.Println("shares as simulated (±5 points):", sameShares)
+	fmt.Println("RPS as simulated (±15%):", math.Abs(got.RPS/want.RPS-1) < 0.15)
+	// Output:
+	// errors: 0
+	// shares as simulated (±5 points): true
+	// RPS as simulated (±15%): true
+}

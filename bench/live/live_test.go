@@ -1,0 +1,277 @@
+package live_test
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/bench/live"
+	"github.com/lbkit/lbkit/bench/sim"
+)
+
+// algo returns the configuration named name from bench.Algorithms.
+func algo(t testing.TB, name string) bench.Algorithm {
+	t.Helper()
+	a, ok := bench.Lookup(name)
+	require.True(t, ok, "no algorithm %q", name)
+	return a
+}
+
+// scenario returns the default scenario named name.
+func scenario(t testing.TB, name string) sim.Scenario {
+	t.Helper()
+	s, ok := sim.Default(name)
+	require.True(t, ok, "no scenario %q", name)
+	return s
+}
+
+// noLeak fails t if goroutines started after before outlive a grace
+// period: every server, client and checker must have stopped.
+func noLeak(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestAgreement plays a short steady scenario live and checks that its
+// throughput and mean latency agree with the simulation's within 15%, for
+// round robin and least connections. Live latency is the clients': the
+// proxy, loopback and the machine's scheduling add to the backends' time.
+// The scale (0.5: backends answer in 25 to 250 ms, users think 50 ms)
+// keeps that overhead, a millisecond or two, small against the latencies
+// on a loaded two-core machine under -race; 20 users keep the rate low
+// (about 110 requests/s of real time).
+func TestAgreement(t *testing.T) {
+	sc := scenario(t, "steady").ScaleUsers(20)
+	sc = sc.Scale(float64(10*time.Second) / float64(sc.Length()))
+	const scale = 0.5
+	for _, name := range []string{"rr", "leastconn"} {
+		t.Run(name, func(t *testing.T) {
+			a := algo(t, name)
+			want, err := sim.Simulate(sc, sim.None, a, 1, 1)
+			require.NoError(t, err)
+			got, err := live.Play(context.Background(), sc, sim.None, a, 1, live.Options{Scale: scale, Seed: 1})
+			require.NoError(t, err)
+			rps := got.RPS / want.RPS
+			mean := float64(got.Mean) / float64(want.Mean)
+			t.Logf("RPS sim %.1f live %.1f (×%.3f); mean sim %v live %v (×%.3f); shares sim %s live %s",
+				want.RPS, got.RPS, rps, want.Mean, got.Mean, mean, shares(want), shares(got))
+			assert.Zero(t, got.Errors)
+			assert.InDelta(t, 1, rps, 0.15, "live RPS / simulated RPS")
+			assert.InDelta(t, 1, mean, 0.15, "live mean / simulated mean")
+		})
+	}
+}
+
+// shares formats a result's share of attempts per backend, in percent.
+func shares(r sim.Result) string {
+	parts := make([]string, len(r.Backends))
+	for i, b := range r.Backends {
+		parts[i] = strconv.FormatFloat(100*b.Share, 'f', 0, 64)
+	}
+	return strings.Join(parts, "/")
+}
+
+// TestFailure kills a backend for real: its listener closes and its
+// connections break. The bare picker fails the requests in flight there
+// and every later one sent there; passive ejection with retries (lbhttp
+// resends a GET that was refused or broke off, on another backend) loses
+// none. Everything started is shut down afterwards.
+func TestFailure(t *testing.T) {
+	before := runtime.NumGoroutine()
+	sc := scenario(t, "failure").ScaleUsers(20)
+	sc = sc.Scale(float64(6*time.Second) / float64(sc.Length())) // the kill at 2 s
+	opt := live.Options{Scale: 0.5, Seed: 1}
+	bare, err := live.Play(context.Background(), sc, sim.None, algo(t, "rr"), 1, opt)
+	require.NoError(t, err)
+	best, err := live.Play(context.Background(), sc, sim.Active|sim.Passive|sim.Retry, algo(t, "rr"), 2, opt)
+	require.NoError(t, err)
+	t.Logf("none: errors %d, refused %d, reset %d; active+passive+retry: errors %d, retries %d, refused %d, reset %d",
+		bare.Errors, bare.Backends[0].Refused, bare.Backends[0].Reset, best.Errors, best.Retries, best.Backends[0].Refused, best.Backends[0].Reset)
+
+	dead := bare.Backends[0]
+	assert.Positive(t, dead.Refused, "the dead backend refuses connections")
+	assert.Equal(t, dead.Refused+dead.Reset, bare.Errors, "without retries each failed attempt is a failed request")
+	assert.Zero(t, bare.Retries)
+	require.NotNil(t, bare.Failure)
+	assert.Less(t, bare.Failure.After, 0.9*bare.Failure.Before, "a quarter of the requests fail")
+
+	assert.Equal(t, 2, best.Proxies)
+	assert.Zero(t, best.Errors, "every failed attempt was retried on a live backend")
+	assert.Positive(t, best.Retries)
+	assert.Equal(t, best.Backends[0].Refused+best.Backends[0].Reset, best.Retries, "one retry per failed attempt")
+	for i, b := range best.Backends[1:] {
+		assert.Zero(t, b.Refused+b.Reset, "backend %d never failed", i+2)
+	}
+	// After the kill, health ejects the dead backend: no attempt reaches
+	// it in the last second.
+	s := best.Series
+	for k := len(s.RPS[0]) - int(time.Second/s.Step); k < len(s.RPS[0]); k++ {
+		assert.Zero(t, s.RPS[0][k], "attempts at the dead backend in step %d", k)
+	}
+	noLeak(t, before)
+}
+
+// A backend revived on its address serves again: attempts reach it after
+// the outage and errors happen only during it.
+func TestRevive(t *testing.T) {
+	sc := sim.Scenario{
+		Name: "revive",
+		Backends: []sim.Backend{
+			{Latency: 40 * time.Millisecond, Down: []sim.Outage{{At: 2 * time.Second, Until: 4 * time.Second}}},
+			{Latency: 40 * time.Millisecond},
+		},
+		Users:  6,
+		Stages: []sim.Stage{{Duration: 6 * time.Second, Target: 6}},
+		Think:  60 * time.Millisecond,
+	}
+	r, err := live.Play(context.Background(), sc, sim.None, algo(t, "rr"), 1, live.Options{Scale: 0.5})
+	require.NoError(t, err)
+	s := r.Series
+	var during, after float64
+	for k := range s.Errors {
+		start := time.Duration(k) * s.Step
+		switch {
+		case start < 2*time.Second:
+			assert.Zero(t, s.Errors[k], "errors at %v, before the outage", start)
+		case start >= 4*time.Second+s.Step:
+			assert.Zero(t, s.Errors[k], "errors at %v, after it", start)
+			after += s.RPS[0][k]
+		default:
+			during += s.Errors[k]
+		}
+	}
+	assert.Positive(t, during, "errors during the outage")
+	assert.Positive(t, after, "attempts at the revived backend")
+	assert.Positive(t, r.Backends[0].Refused)
+}
+
+// A backend serving one request at a time queues the rest first come,
+// first served: with N users and no think time it serves back to back,
+// X = 1/L, and each request waits for all N, R = N·L, the same for
+// every request (a queue that let some pass would spread them).
+func TestQueue(t *testing.T) {
+	sc := sim.Scenario{
+		Name:     "queue",
+		Backends: []sim.Backend{{Latency: 100 * time.Millisecond, Capacity: 1}},
+		Users:    5,
+		Stages:   []sim.Stage{{Duration: 8 * time.Second, Target: 5}},
+	}
+	r, err := live.Play(context.Background(), sc, sim.None, algo(t, "rr"), 1, live.Options{Scale: 0.5})
+	require.NoError(t, err)
+	t.Logf("RPS %.2f, p50 %v, p95 %v, p99 %v, in flight %.2f, peak %d", r.RPS, r.Median, r.P95, r.P99,
+		r.Backends[0].MeanInFlight, r.Backends[0].PeakInFlight)
+	assert.InDelta(t, 10, r.RPS, 1.5, "X = 1/L")
+	assert.InDelta(t, 0.5, r.Median.Seconds(), 0.075, "R = N·L")
+	assert.InDelta(t, 0.5, r.P95.Seconds(), 0.075, "first come, first served: no request overtakes")
+	assert.InDelta(t, 5, r.Backends[0].MeanInFlight, 0.5)
+	assert.Equal(t, 5, r.Backends[0].PeakInFlight)
+}
+
+// Run plays in sim.Run's order and shape, reports progress, and when its
+// context ends it stops at once and leaves nothing running.
+func TestRun(t *testing.T) {
+	before := runtime.NumGoroutine()
+	sc := scenario(t, "burst").ScaleUsers(12)
+	sc = sc.Scale(float64(2*time.Second) / float64(sc.Length()))
+	algos := []bench.Algorithm{algo(t, "rr"), algo(t, "iphash")}
+	var calls []live.Progress
+	rep, err := live.Run(context.Background(), []sim.Scenario{sc}, algos, live.Options{Scale: 1, Proxies: []int{1, 2},
+		Progress: func(p live.Progress) { calls = append(calls, p) }})
+	require.NoError(t, err)
+	require.Len(t, rep.Scenarios, 2)
+	assert.Contains(t, rep.Source, "live")
+	for i, sr := range rep.Scenarios {
+		assert.Equal(t, []int{1, 2}[i], sr.Proxies)
+		require.Len(t, sr.Results, 2)
+		for j, r := range sr.Results {
+			assert.Equal(t, algos[j].Name, r.Algorithm)
+			assert.Equal(t, sr.Proxies, r.Proxies)
+			assert.Positive(t, r.Requests)
+			assert.Equal(t, 12, slices.Max(r.Series.Users), "the profile peaks at 12 users")
+		}
+	}
+	require.NotEmpty(t, calls)
+	last := calls[len(calls)-1]
+	assert.Equal(t, live.Progress{Run: "burst/none/iphash", Done: 3, Runs: 4, Elapsed: sc.Length(), Length: sc.Length()}, last)
+	for _, p := range calls {
+		assert.LessOrEqual(t, p.Elapsed, p.Length+time.Second)
+	}
+	noLeak(t, before)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	start := time.Now()
+	_, err = live.Run(ctx, []sim.Scenario{scenario(t, "steady")}, algos, live.Options{Scale: 1,
+		Progress: func(live.Progress) { cancel() }})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, time.Since(start), 30*time.Second, "stopped long before the 3 minutes")
+	noLeak(t, before)
+}
+
+// Bad input is refused before anything starts.
+func TestBadInput(t *testing.T) {
+	before := runtime.NumGoroutine()
+	good := scenario(t, "failure")
+	rr := []bench.Algorithm{algo(t, "rr")}
+	for _, tc := range []struct {
+		name  string
+		sc    sim.Scenario
+		algos []bench.Algorithm
+		opt   live.Options
+	}{
+		{"negative scale", good, rr, live.Options{Scale: -1}},
+		{"scale too large", good, rr, live.Options{Scale: 11}},
+		{"zero proxies", good, rr, live.Options{Proxies: []int{1, 0}}},
+		{"no algorithms", good, nil, live.Options{}},
+		{"bad scenario", sim.Scenario{Name: "empty"}, rr, live.Options{}},
+		{"interval too short once scaled", good, rr, live.Options{Scale: 1e-4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := live.Run(context.Background(), []sim.Scenario{tc.sc}, tc.algos, tc.opt)
+			require.ErrorIs(t, err, sim.ErrScenario)
+		})
+	}
+	_, err := live.Play(context.Background(), good, sim.None, rr[0], 0, live.Options{})
+	require.ErrorIs(t, err, sim.ErrScenario)
+	assert.Equal(t, before, runtime.NumGoroutine(), "nothing started")
+}
+
+// BenchmarkRig measures what the whole live rig (users, proxy, backends
+// in one process) serves when nothing else holds it back: the steady
+// profile's 100 users, no think time, four backends that answer in 1 µs,
+// at scale 1, for 3 s per iteration. Compare its req/s with the rate a
+// scenario asks at a given scale (lbsim -live prints it).
+func BenchmarkRig(b *testing.B) {
+	bs, err := sim.ParseBackends("1us,1us,1us,1us")
+	require.NoError(b, err)
+	sc := sim.Scenario{Name: "rig", Backends: bs, Users: 100, Stages: []sim.Stage{{Duration: 3 * time.Second, Target: 100}}}
+	for _, name := range []string{"rr", "leastconn"} {
+		b.Run("algo="+name, func(b *testing.B) {
+			var requests int64
+			var latency time.Duration
+			for b.Loop() {
+				r, err := live.Play(context.Background(), sc, sim.None, algo(b, name), 1, live.Options{Scale: 1})
+				require.NoError(b, err)
+				require.Zero(b, r.Errors)
+				requests += r.Requests
+				latency += r.Mean * time.Duration(r.Requests)
+			}
+			b.ReportMetric(float64(requests)/b.Elapsed().Seconds(), "req/s")
+			b.ReportMetric(float64(latency.Microseconds())/float64(requests), "µs/req-latency")
+		})
+	}
+}
