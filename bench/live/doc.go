@@ -71,8 +71,9 @@
 //     failure scenario (16 errors live against 52,966 simulated, in a run
 //     made before the clock was scaled; 11,820 against 17,637 with it, at
 //     scale 0.5, over 1 minute).
-//   - Users: one goroutine and one http.Client per virtual user, each with
-//     its own keep-alive connection to its proxy, following the stage
+//   - Users: one goroutine and one http.Client per virtual user (at most
+//     MaxUsers, 2,000), each with its own keep-alive connection to its
+//     proxy, following the stage
 //     profile (sim.Scenario.UserChanges) and thinking the scaled think
 //     time between an answer and the next request. Each sends GET with
 //     X-Forwarded-For set to its own client address (sim.UserAddr, the

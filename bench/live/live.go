@@ -24,6 +24,10 @@ const (
 	DefaultScale = 0.1
 	// MaxScale bounds Options.Scale: ten times slower than the scenario.
 	MaxScale = 10
+	// MaxUsers bounds a live scenario's users: each holds a connection to
+	// its proxy and, through it, up to one to a backend, four file
+	// descriptors in this process; 2,000 users need 8,000.
+	MaxUsers = 2000
 )
 
 // Options tunes Run and Play. The zero value runs at DefaultScale, seed 0,
@@ -170,6 +174,9 @@ func (o Options) scale() (float64, error) {
 func scaleScenario(sc sim.Scenario, f float64) (sim.Scenario, error) {
 	if err := sc.Validate(); err != nil {
 		return sc, err
+	}
+	if sc.PeakUsers() > MaxUsers {
+		return sc, fmt.Errorf("%w: %s: %d users, more than the %d a live run plays", sim.ErrScenario, sc.Name, sc.PeakUsers(), MaxUsers)
 	}
 	scale := func(d time.Duration) time.Duration {
 		return time.Duration(math.Round(float64(d)*f/1e3)) * time.Microsecond

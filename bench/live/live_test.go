@@ -239,6 +239,7 @@ func TestBadInput(t *testing.T) {
 		{"no algorithms", good, nil, live.Options{}},
 		{"bad scenario", sim.Scenario{Name: "empty"}, rr, live.Options{}},
 		{"interval too short once scaled", good, rr, live.Options{Scale: 1e-4}},
+		{"too many users", good.ScaleUsers(live.MaxUsers + 1), rr, live.Options{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := live.Run(context.Background(), []sim.Scenario{tc.sc}, tc.algos, tc.opt)

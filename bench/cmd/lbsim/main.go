@@ -331,6 +331,9 @@ flags:`)
 		if err := s.Validate(); err != nil {
 			return nil, err
 		}
+		if cfg.live && s.PeakUsers() > live.MaxUsers {
+			return nil, fmt.Errorf("-live: %s peaks at %d users, more than the %d a live run plays", s.Name, s.PeakUsers(), live.MaxUsers)
+		}
 		cfg.scenarios = append(cfg.scenarios, s)
 	}
 	return cfg, nil

@@ -46,6 +46,7 @@ func TestBadFlags(t *testing.T) {
 		{"scale without live", []string{"-scale", "0.5"}, "-scale: only with -live"},
 		{"zero scale", []string{"-live", "-scale", "0"}, "-scale: 0 is not in (0, 10]"},
 		{"scale too large", []string{"-live", "-scale", "11"}, "-scale: 11 is not in (0, 10]"},
+		{"too many live users", []string{"-live", "-users", "2001"}, "-live: steady peaks at 2001 users, more than the 2000"},
 		{"scaled interval too short", []string{"-live", "-scale", "0.0001", "-scenarios", "failure", "-interval", "5s"}, "check interval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
