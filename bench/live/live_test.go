@@ -103,9 +103,18 @@ func TestFailure(t *testing.T) {
 	t.Logf("none: errors %d, refused %d, reset %d; active+passive+retry: errors %d, retries %d, refused %d, reset %d",
 		bare.Errors, bare.Backends[0].Refused, bare.Backends[0].Reset, best.Errors, best.Retries, best.Backends[0].Refused, best.Backends[0].Reset)
 
+	// The proxy counts an attempt as it fails, a user counts a request only
+	// if it finished before the run's end (as the simulation does): at the
+	// end, a few attempts may have failed whose requests are not counted,
+	// at most one per user. In the simulation the two are equal.
+	within := func(t *testing.T, attempts, requests int64, msg string) {
+		t.Helper()
+		assert.GreaterOrEqual(t, attempts, requests, msg)
+		assert.LessOrEqual(t, attempts-requests, int64(sc.Users), msg)
+	}
 	dead := bare.Backends[0]
 	assert.Positive(t, dead.Refused, "the dead backend refuses connections")
-	assert.Equal(t, dead.Refused+dead.Reset, bare.Errors, "without retries each failed attempt is a failed request")
+	within(t, dead.Refused+dead.Reset, bare.Errors, "without retries each failed attempt is a failed request")
 	assert.Zero(t, bare.Retries)
 	require.NotNil(t, bare.Failure)
 	assert.Less(t, bare.Failure.After, 0.9*bare.Failure.Before, "a quarter of the requests fail")
@@ -113,7 +122,7 @@ func TestFailure(t *testing.T) {
 	assert.Equal(t, 2, best.Proxies)
 	assert.Zero(t, best.Errors, "every failed attempt was retried on a live backend")
 	assert.Positive(t, best.Retries)
-	assert.Equal(t, best.Backends[0].Refused+best.Backends[0].Reset, best.Retries, "one retry per failed attempt")
+	within(t, best.Backends[0].Refused+best.Backends[0].Reset, best.Retries, "one retry per failed attempt")
 	for i, b := range best.Backends[1:] {
 		assert.Zero(t, b.Refused+b.Reset, "backend %d never failed", i+2)
 	}
