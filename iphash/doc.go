@@ -173,6 +173,13 @@
 // over xxhash of the key string, the cheapest way a Go peer maps a key,
 // which parses nothing and so maps two ports of one client apart.
 //
+// Measured with BenchmarkVsJump at four backends, the code before the fast
+// path against the code after it, ten alternating runs on a shared two-core
+// Xeon VM (so compare ratios): a Pick with an "a.b.c.d" key went from 61
+// to 42 ns and with "a.b.c.d:port" from 73 to 49 ns, while jump hash over
+// xxhash took 20 ns in the same runs. iphash stays about twice jump hash,
+// and parsing is most of the gap: 15 to 16 ns of a Pick's 42.
+//
 // Update: O(n log n) for the sort, and a few allocations.
 //
 // # Concurrency

@@ -363,13 +363,13 @@ func (p *Picker) Pick(req balancer.Request) (balancer.Backend, error) {
 		return nil, balancer.ErrNoBackend
 	case n == 1:
 		e = &s.entries[0]
-	case s.tried.Load() < uint64(len(s.fresh)):
-		if e = s.untried(req.Avoid); e != nil {
-			break
-		}
-		e = p.choose(s.entries, req.Avoid)
 	default:
-		e = p.choose(s.entries, req.Avoid)
+		if s.tried.Load() < uint64(len(s.fresh)) {
+			e = s.untried(req.Avoid) // nil once the tickets run out
+		}
+		if e == nil {
+			e = p.choose(s.entries, req.Avoid)
+		}
 	}
 	e.st.inflight.Inc()
 	return e.b, nil
