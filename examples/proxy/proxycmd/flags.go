@@ -147,13 +147,8 @@ func (f *Flags) convert(c *Config) error {
 		}
 	}
 
-	found := false
-	for _, a := range bench.Algorithms() {
-		if a.Name == f.algo {
-			c.Algorithm, found = a, true
-		}
-	}
-	if !found {
+	var found bool
+	if c.Algorithm, found = bench.Lookup(f.algo); !found {
 		return fmt.Errorf("-algo: unknown algorithm %q; one of %s", f.algo, strings.Join(algoNames(), ", "))
 	}
 
