@@ -642,17 +642,17 @@ func checkWeightsOnce(newBalancer func() balancer.Balancer) error {
 		next := append(backends("wn", 4, true), f)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		err := b.Update(next)
+		uerr := b.Update(next)
 		runtime.ReadMemStats(&after)
 		if d := after.TotalAlloc - before.TotalAlloc; d > weightBudget {
 			return fmt.Errorf("weight 2 then %d: Update of 5 backends allocated %d MiB: read each weight once, validate it and use that value", later, d>>20)
 		}
 		want := members(next)
-		if err != nil {
+		if uerr != nil {
 			want = members(prev) // refused: the previous set stays
 		}
 		if _, err := pickIn(b, want, 300, false, true); err != nil {
-			return fmt.Errorf("weight 2 then %d (Update returned %v): %w", later, err, err)
+			return fmt.Errorf("weight 2 then %d (Update returned %v): %w", later, uerr, err)
 		}
 	}
 	return nil
