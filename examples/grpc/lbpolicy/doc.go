@@ -37,7 +37,10 @@
 //   - To ride out a backend that dies mid-RPC, mark idempotent methods
 //     waitForReady with a retryPolicy on UNAVAILABLE in the service config:
 //     RPCs in flight on the dead server are retried elsewhere, new ones wait
-//     for a READY endpoint instead of failing.
+//     for a READY endpoint instead of failing. One RPC is beyond any
+//     policy's reach: if the server had begun its reply (sent response
+//     headers) before it died, gRPC has committed the RPC and does not
+//     retry it; it fails UNAVAILABLE, at most one per RPC then in flight.
 //
 // # Policies
 //

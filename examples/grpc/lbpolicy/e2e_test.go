@@ -196,10 +196,15 @@ func TestNotServing(t *testing.T) {
 	}
 }
 
-// TestStoppedServer checks, for every policy, that stopping a server in
-// the middle of the traffic fails no RPC: calls in flight on it fail
-// UNAVAILABLE and are retried (the service config marks them idempotent),
-// and later ones wait for a READY endpoint (wait-for-ready).
+// TestStoppedServer checks, for every policy, what stopping a server in
+// the middle of the traffic costs. Calls sent after the stop wait for a
+// READY endpoint (wait-for-ready) and none fails. Calls in flight on the
+// stopped server fail UNAVAILABLE and are retried on b1 and b2 (the service
+// config marks them idempotent), except one whose reply had begun: gRPC
+// commits an RPC once response headers arrive and never retries it
+// (csAttempt.shouldRetry in grpc-go; gRFC A6). So at most one call per
+// worker may fail, each UNAVAILABLE and each sent before the stop. CI saw
+// that happen once in 900 calls.
 func TestStoppedServer(t *testing.T) {
 	for _, p := range policies {
 		t.Run(p.name, func(t *testing.T) {
@@ -208,17 +213,26 @@ func TestStoppedServer(t *testing.T) {
 			cc, _ := dial(t, serviceConfig(p.name, p.cfg), endpoints(bs))
 			warm(t, cc, bs, p.md)
 
+			const workers = 8
 			var wg sync.WaitGroup
 			var c *tally
-			wg.Go(func() { c = load(t, cc, 8, 900, p.md) })
+			wg.Go(func() { c = load(t, cc, workers, 900, p.md) })
 			eventually(t, "a third of the calls", func() bool {
 				return bs[0].served.Load()+bs[1].served.Load()+bs[2].served.Load() >= 300
 			})
 			bs[0].srv.Stop()
+			stopped := time.Now()
 			servedBefore := bs[1].served.Load() + bs[2].served.Load()
 			wg.Wait()
 			t.Logf("%s, b0 stopped after a third: %v", p.name, c)
-			assert.Zero(t, c.failed, "errors: %v", c.errs)
+			fails := c.failures()
+			assert.LessOrEqual(t, len(fails), workers,
+				"only a call in flight on b0 at the stop may fail, so one per worker at most: %v", c.errs)
+			for _, f := range fails {
+				assert.Equal(t, codes.Unavailable, status.Code(f.err), "%v", f.err)
+				assert.True(t, f.start.Before(stopped), "a call sent %v after the stop failed: %v",
+					f.start.Sub(stopped), f.err)
+			}
 			assert.Greater(t, bs[1].served.Load()+bs[2].served.Load(), servedBefore+300,
 				"the calls after the stop went to b1 and b2")
 		})

@@ -165,11 +165,18 @@ type tally struct {
 	by     map[string]int
 	failed int
 	errs   []error
+	fails  []failure // every failed call, for tests that ask when it began
+}
+
+// failure is one failed call: when it was sent and how it ended.
+type failure struct {
+	start time.Time
+	err   error
 }
 
 func newTally() *tally { return &tally{by: map[string]int{}} }
 
-func (c *tally) add(name string, err error) {
+func (c *tally) add(name string, err error, start time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -177,9 +184,17 @@ func (c *tally) add(name string, err error) {
 		if len(c.errs) < 5 {
 			c.errs = append(c.errs, err)
 		}
+		c.fails = append(c.fails, failure{start, err})
 		return
 	}
 	c.by[name]++
+}
+
+// failures returns a copy of the failed calls.
+func (c *tally) failures() []failure {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]failure(nil), c.fails...)
 }
 
 func (c *tally) total() int {
@@ -244,9 +259,10 @@ func load(t *testing.T, cc *grpc.ClientConn, workers, calls int, md func(i int) 
 				if md != nil {
 					ctx = metadataContext(ctx, md(i))
 				}
+				start := time.Now()
 				name, err := echo.Call(ctx, cc, "hi")
 				cancel()
-				c.add(name, err)
+				c.add(name, err, start)
 			}
 		})
 	}
