@@ -180,6 +180,14 @@
 // xxhash took 20 ns in the same runs. iphash stays about twice jump hash,
 // and parsing is most of the gap: 15 to 16 ns of a Pick's 42.
 //
+// A parser that finds the dots and digits of all 16 bytes at once, as bit
+// masks computed on two 64-bit words (SIMD within a register), so that no
+// branch depends on a field's length, was written, checked exact against
+// parseIPv4, and measured slower: 27.5 to 42 ns a parse against 14.5 to 26
+// for parseIPv4 in the same runs, with keys of varied field lengths too.
+// The straight-line parser's branches were predicted well enough; the mask
+// arithmetic costs more instructions than they do. It was not kept.
+//
 // Update: O(n log n) for the sort, and a few allocations.
 //
 // # Concurrency
