@@ -41,6 +41,9 @@
 //     policy's reach: if the server had begun its reply (sent response
 //     headers) before it died, gRPC has committed the RPC and does not
 //     retry it; it fails UNAVAILABLE, at most one per RPC then in flight.
+//     A server that stops on purpose loses none: have it call its health
+//     server's Shutdown (NOT_SERVING), then GracefulStop, which lets the
+//     RPCs in flight finish (TestStoppedServer does both).
 //
 // # Policies
 //
