@@ -3,11 +3,16 @@
 // each answering after its own delay and serving the standard health
 // service), dials them through an lbkit policy chosen by the service
 // config, sends RPCs from concurrent callers, and prints each server's
-// share. Optionally it stops one server, or marks one NOT_SERVING, a third
-// of the way through, to show that no RPC fails.
+// share. Optionally, a third of the way through, it marks one server
+// NOT_SERVING or stops one gracefully (-stop: NOT_SERVING, then
+// GracefulStop), and no RPC fails; or it kills one (-kill: an abrupt Stop,
+// as in a crash), and RPCs in flight on it are retried elsewhere, except
+// one whose reply had begun, which gRPC does not retry (at most one per
+// caller; the demo says how many).
 //
 //	go run ./cmd/lbkit-grpc-demo -policy lbkit_least_conn -delays 2ms,2ms,40ms
 //	go run ./cmd/lbkit-grpc-demo -policy lbkit_ring_hash -stop 0
+//	go run ./cmd/lbkit-grpc-demo -policy lbkit_ring_hash -kill 0
 //
 // The part to copy into a client is dial: lbpolicy.Register once, then a
 // service config naming the policy (with healthCheckConfig for health, and

@@ -36,7 +36,8 @@ type options struct {
 	weights     []int
 	rpcs        int
 	concurrency int
-	stop        int // index of the server to stop, or -1
+	stop        int // index of the server to stop gracefully, or -1
+	kill        int // index of the server to stop abruptly, or -1
 	notServing  int // index of the server to mark NOT_SERVING, or -1
 	timeout     time.Duration
 }
@@ -68,7 +69,8 @@ func parseFlags(args []string) (*options, error) {
 	weights := fs.String("weights", "", "comma-separated endpoint weights, one per server (lbkit_wrr)")
 	rpcs := fs.Int("rpcs", 600, "RPCs to send")
 	concurrency := fs.Int("concurrency", 8, "concurrent callers")
-	stop := fs.Int("stop", -1, "stop this server (0-based) a third of the way through")
+	stop := fs.Int("stop", -1, "stop this server (0-based) a third of the way through, as a deploy does: NOT_SERVING, then GracefulStop")
+	kill := fs.Int("kill", -1, "stop this server (0-based) a third of the way through, abruptly, as a crash does")
 	notServing := fs.Int("not-serving", -1, "mark this server NOT_SERVING a third of the way through")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
@@ -79,7 +81,7 @@ func parseFlags(args []string) (*options, error) {
 	}
 
 	o := &options{policy: *policy, rpcs: *rpcs, concurrency: *concurrency, stop: *stop,
-		notServing: *notServing, timeout: *timeout}
+		kill: *kill, notServing: *notServing, timeout: *timeout}
 	var b *lbpolicy.Builder
 	for _, c := range lbpolicy.Builders() {
 		if c.Name() == o.policy {
@@ -131,6 +133,10 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("-concurrency %d: want 1 to 1000", o.concurrency)
 	case o.stop < -1 || o.stop >= len(o.delays):
 		return nil, fmt.Errorf("-stop %d: want a server from 0 to %d", o.stop, len(o.delays)-1)
+	case o.kill < -1 || o.kill >= len(o.delays):
+		return nil, fmt.Errorf("-kill %d: want a server from 0 to %d", o.kill, len(o.delays)-1)
+	case o.kill >= 0 && o.kill == o.stop:
+		return nil, fmt.Errorf("-kill %d and -stop %d: one server cannot stop both ways", o.kill, o.stop)
 	case o.notServing < -1 || o.notServing >= len(o.delays):
 		return nil, fmt.Errorf("-not-serving %d: want a server from 0 to %d", o.notServing, len(o.delays)-1)
 	case o.timeout <= 0:
@@ -176,6 +182,15 @@ func startServer(name string, delay time.Duration) (*server, error) {
 func (s *server) stop() {
 	s.grpc.Stop()
 	<-s.done
+}
+
+// drain stops s the way a server should stop on purpose: its health
+// service says NOT_SERVING (clients with healthCheckConfig take it out of
+// their pickers), then GracefulStop refuses new RPCs and returns when
+// those in flight have finished. No RPC fails.
+func (s *server) drain() {
+	s.health.Shutdown()
+	s.grpc.GracefulStop()
 }
 
 // dial is the part to copy: register the policies (once, before the first
@@ -270,8 +285,12 @@ func run(o *options, out io.Writer) error {
 				if finished.Add(1) >= int64(o.rpcs/3) {
 					disturb.Do(func() {
 						if o.stop >= 0 {
-							fmt.Fprintf(out, "stopping %s after %d RPCs\n", servers[o.stop].name, finished.Load())
-							servers[o.stop].grpc.Stop()
+							fmt.Fprintf(out, "stopping %s gracefully after %d RPCs\n", servers[o.stop].name, finished.Load())
+							go servers[o.stop].drain()
+						}
+						if o.kill >= 0 {
+							fmt.Fprintf(out, "killing %s after %d RPCs\n", servers[o.kill].name, finished.Load())
+							servers[o.kill].grpc.Stop()
 						}
 						if o.notServing >= 0 {
 							fmt.Fprintf(out, "marking %s NOT_SERVING after %d RPCs\n", servers[o.notServing].name, finished.Load())
@@ -299,7 +318,15 @@ func run(o *options, out io.Writer) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("ran out of time after %v (-timeout)", o.timeout)
 	}
-	if n := failed.Load(); n > 0 {
+	n := failed.Load()
+	if o.kill >= 0 && n > 0 && n <= int64(o.concurrency) {
+		// gRPC retries an RPC cut by a dead server only if no reply had
+		// begun: one whose response headers had arrived is committed. At
+		// most one RPC per caller was in flight when the server died.
+		fmt.Fprintf(out, "%d RPCs in flight on %s had begun their reply when it died: gRPC does not retry those\n", n, servers[o.kill].name)
+		return nil
+	}
+	if n > 0 {
 		return fmt.Errorf("%d of %d RPCs failed", n, o.rpcs)
 	}
 	return nil

@@ -26,6 +26,8 @@ func TestParseFlags(t *testing.T) {
 		{"-rpcs 0", `-rpcs 0`},
 		{"-concurrency 0", `-concurrency 0`},
 		{"-stop 3", `-stop 3: want a server from 0 to 2`},
+		{"-kill -2", `-kill -2: want a server from 0 to 2`},
+		{"-kill 1 -stop 1", `one server cannot stop both ways`},
 		{"-not-serving -2", `-not-serving -2`},
 		{"-timeout 0s", `-timeout 0s`},
 		{"extra", `unexpected arguments`},
@@ -45,12 +47,14 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// TestRun runs the demo as a user would first try it, and with a server
-// stopped and one marked NOT_SERVING: no RPC may fail.
+// TestRun runs the demo as a user would first try it, with a server
+// stopped gracefully and one marked NOT_SERVING: no RPC may fail. (-kill is
+// run by TestKill.)
 func TestRun(t *testing.T) {
 	for _, args := range []string{
 		"-rpcs 120 -delays 1ms,1ms,10ms",
 		"-rpcs 150 -policy lbkit_ring_hash -stop 0 -delays 1ms,1ms,1ms",
+		"-rpcs 150 -policy lbkit_least_conn -stop 2 -not-serving 1 -delays 1ms,1ms,1ms",
 		"-rpcs 150 -policy lbkit_wrr -weights 2,1,1 -not-serving 1 -delays 1ms,1ms,1ms",
 	} {
 		t.Run(args, func(t *testing.T) {
@@ -61,5 +65,20 @@ func TestRun(t *testing.T) {
 			t.Log(out.String())
 			assert.Contains(t, out.String(), ", 0 failed")
 		})
+	}
+}
+
+// TestKill kills a server mid-run: the demo succeeds, and any RPC that
+// failed is one in flight on the dead server whose reply had begun, at
+// most one per caller, which the demo reports.
+func TestKill(t *testing.T) {
+	o, err := parseFlags(strings.Fields("-rpcs 300 -concurrency 8 -policy lbkit_round_robin -kill 0 -delays 2ms,2ms,2ms"))
+	require.NoError(t, err)
+	var out strings.Builder
+	require.NoError(t, run(o, &out))
+	t.Log(out.String())
+	assert.Contains(t, out.String(), "killing s0 after")
+	if !strings.Contains(out.String(), ", 0 failed") {
+		assert.Contains(t, out.String(), "had begun their reply when it died")
 	}
 }
