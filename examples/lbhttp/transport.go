@@ -79,9 +79,11 @@ type Config struct {
 
 // StatusError is the error DefaultClassify reports for a 5xx response.
 type StatusError struct {
-	Code int
+	Code int // the HTTP status code, 500 to 599
 }
 
+// Error reports the status, as "lbhttp: backend answered 503 Service
+// Unavailable".
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("lbhttp: backend answered %d %s", e.Code, http.StatusText(e.Code))
 }
