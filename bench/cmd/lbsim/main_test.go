@@ -142,3 +142,39 @@ func TestLiveInterrupted(t *testing.T) {
 	assert.Less(t, time.Since(start), 20*time.Second, "it stopped long before the minute")
 	assert.Empty(t, out.String())
 }
+
+// TestREADMETable keeps the README true: the steady table it shows must be
+// what `lbsim -scenarios steady -markdown` prints today, row for row. When
+// a change to a picker or to the model moves a figure, rerun that command
+// and paste the table into README.md.
+func TestREADMETable(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	require.NoError(t, err)
+	const intro = "The steady scenario as it prints (`go run ./bench/cmd/lbsim -scenarios steady -markdown`):"
+	_, after, found := strings.Cut(string(readme), intro)
+	require.True(t, found, "README.md no longer introduces the steady table with %q", intro)
+	var rows []string
+	for _, line := range strings.Split(strings.TrimLeft(after, "\n"), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		rows = append(rows, line)
+	}
+	require.Greater(t, len(rows), 2, "no table after the intro")
+
+	code, out, errs := runArgs("-scenarios", "steady", "-markdown")
+	require.Equal(t, 0, code, errs)
+	printed := map[string]bool{}
+	tableLines := 0
+	for _, line := range strings.Split(out, "\n") {
+		printed[line] = true
+		if strings.HasPrefix(line, "|") {
+			tableLines++
+		}
+	}
+	for _, row := range rows {
+		assert.True(t, printed[row], "README.md shows a row lbsim no longer prints:\n%s", row)
+	}
+	// And every algorithm lbsim prints is in the README's table.
+	assert.Equal(t, tableLines, len(rows), "README.md's table and lbsim's differ in rows")
+}
