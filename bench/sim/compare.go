@@ -34,6 +34,15 @@ func (c Comparison) WriteMarkdown(w io.Writer) error {
 	})
 }
 
+// WriteHTML writes Live's page (see Report.WriteHTML) with, under each
+// section's table, the side-by-side table of that section.
+func (c Comparison) WriteHTML(w io.Writer) error {
+	return c.Live.writeHTML(w, func(bw *bufio.Writer, sr *ScenarioReport) {
+		bw.WriteString("<h3>Simulated vs live</h3>\n<p>ratio = live/sim.</p>\n")
+		c.table(sr).html(bw)
+	})
+}
+
 // find returns the result of Sim for the scenario, proxies, variant and
 // algorithm of r, or nil.
 func (c Comparison) find(sr *ScenarioReport, r *Result) *Result {

@@ -26,6 +26,12 @@ const errorColour = "#d62728"
 // sent to each backend with failed user requests per second. It uses
 // inline CSS and SVG only: no script, no external asset.
 func (r *Report) WriteHTML(w io.Writer) error {
+	return r.writeHTML(w, nil)
+}
+
+// writeHTML writes the page; after is called, if not nil, in each
+// section right after its table.
+func (r *Report) writeHTML(w io.Writer, after func(*bufio.Writer, *ScenarioReport)) error {
 	bw := bufio.NewWriter(w)
 	esc := html.EscapeString
 	bw.WriteString(`<!doctype html>
@@ -60,6 +66,9 @@ nav a{margin-right:1em}
 		fmt.Fprintf(bw, "<section id=\"s%d\">\n<h2>%s, %s</h2>\n<p>%s; backends <code>%s</code>. Per backend (share of attempts, mean and peak in flight): %s.</p>\n",
 			i, esc(sc.Name), plural(sr.Proxies, "proxy", "proxies"), esc(sc.Describe()), esc(sc.DescribeBackends()), esc(sc.Labels()))
 		sr.table().html(bw)
+		if after != nil {
+			after(bw, sr)
+		}
 		bw.WriteString(`<p class="legend">`)
 		for b := range sc.Backends {
 			fmt.Fprintf(bw, `<span><i style="background:%s"></i>%s</span>`, palette(b), esc(sc.Label(b)))

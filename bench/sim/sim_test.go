@@ -562,6 +562,16 @@ func TestComparison(t *testing.T) {
 	assert.Len(t, strings.Fields(lines[4]), 5, "no simulated figures, no ratios, for a result the simulation lacks")
 	assert.Contains(t, md.String(), "| variant | algorithm | RPS sim | RPS live | ratio |")
 
+	var page, plain bytes.Buffer
+	require.NoError(t, c.WriteHTML(&page))
+	require.NoError(t, other.WriteHTML(&plain))
+	assert.Contains(t, page.String(), "<h3>Simulated vs live</h3>")
+	assert.Contains(t, page.String(), `<th class="n">RPS sim</th><th class="n">RPS live</th>`)
+	assert.Contains(t, page.String(), "<td>leastconn</td><td class=\"n\">"+strconv.FormatFloat(s.RPS, 'f', 1, 64)+"</td>",
+		"the side-by-side row opens with the simulated RPS")
+	assert.NotContains(t, plain.String(), "Simulated vs live", "a report alone has no comparison")
+	assert.Equal(t, strings.Count(plain.String(), "<svg"), strings.Count(page.String(), "<svg"), "the same charts")
+
 	var rep bytes.Buffer
 	require.NoError(t, other.WriteText(&rep))
 	assert.True(t, strings.HasPrefix(rep.String(), "source: elsewhere\n\nfailure, 1 proxy:"), rep.String())

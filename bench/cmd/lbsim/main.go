@@ -86,7 +86,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err == nil && cfg.html != "" {
-		err = writeHTML(cfg.html, rep)
+		if comparison != nil {
+			err = writeHTML(cfg.html, comparison.WriteHTML)
+		} else {
+			err = writeHTML(cfg.html, rep.WriteHTML)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "lbsim: %v\n", err)
@@ -182,12 +186,13 @@ func runs(rep *sim.Report) int {
 	return n
 }
 
-func writeHTML(path string, rep *sim.Report) error {
+// writeHTML creates the file at path and writes a page into it with write.
+func writeHTML(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := rep.WriteHTML(f); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return err
 	}
@@ -217,7 +222,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		stages   = fs.String("stages", "", "user profile for every scenario: [START,]DURATION:TARGET,..., k6-style linear ramps, e.g. 0,30s:100,2m:100")
 		proxies  = fs.String("proxies", "1", "numbers of independent balancers the users are split over, comma-separated, e.g. 1,10")
 		markdown = fs.Bool("markdown", false, "print Markdown tables")
-		html     = fs.String("html", "", "also write a self-contained HTML report with charts to this file")
+		html     = fs.String("html", "", "also write a self-contained HTML report with charts to this file (with -live: the live run's, and simulated vs live)")
 		liveMode = fs.Bool("live", false, "play the scenarios for real, through lbhttp's reverse proxy to HTTP backends on 127.0.0.1,\n"+
 			"one run at a time, and print the live tables and a simulated-vs-live table (-html then charts the live run)")
 		scale = fs.Float64("scale", live.DefaultScale, fmt.Sprintf("with -live: multiply every duration by this, in (0, %d]; figures are converted back", live.MaxScale))

@@ -117,8 +117,13 @@ func TestUnwritableHTML(t *testing.T) {
 // A short live run prints the live tables, said to be live and converted,
 // then the simulated-vs-live table, with a progress line on stderr.
 func TestLive(t *testing.T) {
-	code, out, errs := runArgs("-live", "-scale", "0.2", "-scenarios", "steady", "-algos", "rr", "-duration", "5s", "-users", "10")
+	path := filepath.Join(t.TempDir(), "live.html")
+	code, out, errs := runArgs("-live", "-scale", "0.2", "-scenarios", "steady", "-algos", "rr", "-duration", "5s", "-users", "10", "-html", path)
 	require.Equal(t, 0, code, errs)
+	page, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Contains(t, string(page), "<h3>Simulated vs live</h3>", "the page has the side-by-side table")
+	assert.Contains(t, string(page), "<svg")
 	assert.Contains(t, errs, "lbsim: live: 1 run, one at a time, about 1s; up to 333 requests/s of real time")
 	assert.Contains(t, errs, "\rlbsim: live 1/1 steady/none/rr ")
 	assert.Contains(t, errs, "lbsim: 1 live run in ")
