@@ -160,7 +160,8 @@
 // A failed request must not look like a fast one. Done records a failure as
 // an answer that took f^k × max(its latency, the backend's success
 // estimate), where f is 2 (WithErrorFactor), k the number of failures in a
-// row, and f^k is capped at 64. The first failure of a 50 ms backend counts
+// row, and f^k is capped at 64 (and k at 16, which binds only for factors
+// below 64^(1/16) ≈ 1.3). The first failure of a 50 ms backend counts
 // as 100 ms, the next as 200, and so on; through the peak rule each raises
 // the estimate at once. The success estimate is the same moving average
 // over successful answers only, so that isolated failures, however many

@@ -25,13 +25,21 @@ type state struct {
 	// backend may lose one error count or one success sample, which shifts
 	// a penalty by one step and nothing else.
 	ok       atomic.Uint64
-	inflight balancer.InFlight
+	inflight balancer.InFlight // its Busy is the state's: see Busy
 	// gen is the Picker's update count when this backend was last in a
 	// published set, so that Update can tell those that stay from those
 	// that come back. Guarded by the Picker's mu.
 	gen uint64
 	_   [128 - 16 - 64 - 8]byte
 }
+
+// Busy reports whether requests to the backend are in flight. The
+// Registry keeps the state of a removed backend while it is busy, so that
+// the Dones of its requests still find the counter they raised, even after
+// many other backends have come and gone (balancer.Busy).
+func (s *state) Busy() bool { return s.inflight.Busy() }
+
+var _ balancer.Busy = (*state)(nil)
 
 // An est word holds, in its high 32 bits, the estimate in nanoseconds as a
 // float32 whose sign bit is set while the estimate is provisional (the
@@ -145,15 +153,24 @@ func (s *state) observe(now uint32, rtt float64, failed bool, c *config) {
 		if measured(old) {
 			est = mix(value(old), x, w)
 		}
-		if s.est.CompareAndSwap(old, pack(min(est, maxEstimate), now, false)) {
+		// Stamp with the later of now and the old stamp: a clock that
+		// stepped back (or a Done that lost a race to a later one) must
+		// not make this backend's estimate look older than it is, which
+		// Pick would read as extra decay.
+		at := now
+		if age(now, stamp(old)) == 0 {
+			at = stamp(old)
+		}
+		if s.est.CompareAndSwap(old, pack(min(est, maxEstimate), at, false)) {
 			s.ok.Store(packOK(min(b, maxEstimate), g, n))
 			return
 		}
 	}
 }
 
-// maxEstimate caps estimates at about 3 hours, far below float32's range,
-// so that costs (estimate × in-flight) stay finite and comparable.
+// maxEstimate caps estimates at 2⁴³ ns (about 2 h 26 min), far below
+// float32's range, so that costs (estimate × in-flight) stay finite and
+// comparable.
 const maxEstimate = float64(1 << 43)
 
 // decayed returns the estimate of w as read at now: e^(−age/τ) of the stored

@@ -193,18 +193,21 @@ func WithDecay(tau time.Duration) Option {
 // additions get the mean of the measured estimates instead. The default
 // is DefaultInitial (100 ms). Values of zero or less are ignored: with an
 // estimate of zero, unmeasured backends would take every request until
-// they answered.
+// they answered. Values above the cap on every estimate (2⁴³ ns, about
+// 2 h 26 min) are lowered to it.
 func WithInitial(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d > 0 {
-			c.initial = float64(d)
+			c.initial = min(float64(d), maxEstimate)
 		}
 	})
 }
 
 // WithErrorFactor sets the penalty for a failed request: it is recorded as
 // a response that took factor^k × max(its latency, the backend's success
-// estimate), k being the number of failures in a row, capped at 64 times.
+// estimate), k being the number of failures in a row. The multiplier
+// stops growing at 64 or at k = 16, whichever comes first: with the default
+// factor at 64 (k = 6); with a factor of 1.1 at 1.1¹⁶ ≈ 4.6.
 // The default is DefaultErrorFactor (2). A factor of 1 records a failure
 // as a response no faster than the backend's usual, so that it never
 // lowers the estimate; factors below 1, and NaN, are ignored.

@@ -602,3 +602,71 @@ func TestAbandonedTeachesNothing(t *testing.T) {
 	f.done("a", 0, errors.New("refused"))
 	assert.Greater(t, f.stats("a").Latency, before.Latency)
 }
+
+// A removed backend's requests still in flight keep its state alive, however
+// many other backends come and go before their Dones arrive: when it comes
+// back, its count is the true one. The Registry spares only states that
+// report Busy; lrt's did not, and lost the count after 64 other IDs.
+func TestRemovedBusyStateSurvivesChurn(t *testing.T) {
+	f := newFixture(t)
+	f.update("a")
+	for range 5 {
+		require.Equal(t, "a", f.pick(""))
+	}
+	for i := range 200 { // far past max(live, 64) removed IDs
+		f.update(fmt.Sprintf("churn-%d", i))
+	}
+	f.update("a")
+	for range 3 {
+		require.Equal(t, "a", f.pick(""))
+	}
+	assert.Equal(t, int64(8), f.stats("a").InFlight, "5 from before the removal, 3 since")
+	for range 5 {
+		f.done("a", 10*ms, nil)
+	}
+	assert.Equal(t, int64(3), f.stats("a").InFlight, "the late Dones count down only what they counted")
+}
+
+// A clock that steps back does not make a backend look older than the
+// others: its estimate keeps the later stamp, so Pick does not decay it
+// for the step. Here a and b answer alike; after the step back, one more
+// answer from a must not send it every request.
+func TestClockStepBack(t *testing.T) {
+	f := newFixture(t)
+	f.update("a", "b")
+	f.clock.now = time.Minute
+	f.done("a", 100*ms, nil)
+	f.done("b", 100*ms, nil)
+	f.clock.now = 0 // back a minute
+	f.done("a", 100*ms, nil)
+	picks := map[string]int{}
+	for range 300 {
+		id := f.pick("")
+		picks[id]++
+		f.done(id, 100*ms, nil)
+	}
+	assert.Greater(t, picks["b"], 100, "picks: %v", picks)
+	assert.Greater(t, picks["a"], 100, "picks: %v", picks)
+}
+
+// An initial estimate beyond the cap is lowered to it, so that Stats never
+// overflows time.Duration.
+func TestHugeInitial(t *testing.T) {
+	f := newFixture(t, lrt.WithInitial(math.MaxInt64))
+	f.update("a")
+	got := f.stats("a").Latency
+	assert.Positive(t, got)
+	assert.InDelta(t, float64(time.Duration(1<<43)), float64(got), float64(time.Millisecond))
+}
+
+// k, the count of failures in a row, stops at 16: with a factor of 1.1 the
+// multiplier ends at 1.1¹⁶ ≈ 4.6, as WithErrorFactor says, not 64.
+func TestPenaltyStopsAtSixteen(t *testing.T) {
+	f := newFixture(t, lrt.WithErrorFactor(1.1))
+	f.update("a")
+	f.done("a", 100*ms, nil)
+	for range 40 {
+		f.done("a", ms, errFail)
+	}
+	assert.InEpsilon(t, 100*math.Pow(1.1, 16), float64(f.stats("a").Latency)/float64(ms), 1e-3)
+}
