@@ -50,6 +50,10 @@ const (
 	allocatesOnFailure       // Done allocates for a failed request
 	panicsConcurrently       // Pick panics in a set of 17 (only the Concurrent check has one)
 	nilConcurrently          // Pick returns (nil, nil) in a set of 17
+	hashes                   // sound, but a hash picker: the key's home, then Attempt steps on
+	hashIgnoresAttempt       // a hash picker whose every attempt goes home
+	hashRepeats              // a hash picker whose attempts alternate between two backends
+	hashPerProcess           // a hash picker whose retry order differs from one instance to the next
 )
 
 // ref is a small correct picker (round robin, or lowest last latency for
@@ -57,6 +61,7 @@ const (
 // place.
 type ref struct {
 	flaw flaw
+	salt int          // for hashPerProcess: differs between instances
 	mu   sync.RWMutex // writers; and readers too, for blocksPick
 	cur  atomic.Pointer[refSnap]
 	next atomic.Uint64
@@ -89,8 +94,9 @@ var (
 )
 
 func newRef(f flaw) func() balancer.Balancer {
+	var made atomic.Int64
 	return func() balancer.Balancer {
-		r := &ref{flaw: f}
+		r := &ref{flaw: f, salt: int(made.Add(1))}
 		r.cur.Store(&refSnap{})
 		return r
 	}
@@ -176,6 +182,10 @@ func (r *ref) Pick(req balancer.Request) (balancer.Backend, error) {
 		return nil, nil
 	}
 	i := int((r.next.Add(1) - 1) % uint64(n))
+	switch r.flaw {
+	case hashes, hashIgnoresAttempt, hashRepeats, hashPerProcess:
+		i = r.hashIndex(req, n)
+	}
 	if r.flaw == panicsOnNegative && req.Attempt < 0 {
 		i = (i + req.Attempt) % n // negative for most negative attempts
 	}
@@ -213,6 +223,28 @@ func (r *ref) Pick(req balancer.Request) (balancer.Backend, error) {
 	return s.bs[i], nil
 }
 
+// hashIndex is the hash pickers' choice: the key's home, FNV-1a mod n, and
+// for Attempt a the a-th backend after it, as the flaw allows.
+func (r *ref) hashIndex(req balancer.Request, n int) int {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(req.Key); i++ {
+		h = (h ^ uint64(req.Key[i])) * 1099511628211
+	}
+	home := int(h % uint64(n))
+	a := max(req.Attempt, 0) % n
+	switch r.flaw {
+	case hashIgnoresAttempt:
+		a = 0
+	case hashRepeats:
+		a %= 2
+	case hashPerProcess:
+		if a > 0 { // the same home, but retries stepped by a salt
+			a = a * (1 + r.salt%2) % n
+		}
+	}
+	return (home + a) % n
+}
+
 func (r *ref) Done(b balancer.Backend, res balancer.Result) {
 	if r.flaw == derefsNil {
 		if e, ok := b.(*balancer.Endpoint); ok {
@@ -237,6 +269,12 @@ func (r *ref) Done(b balancer.Backend, res balancer.Result) {
 
 func TestKitPassesSoundPicker(t *testing.T) {
 	balancertest.Run(t, newRef(sound))
+}
+
+// A sound hash picker passes too, the Retries check included: it is the
+// picker that check is for.
+func TestKitPassesSoundHashPicker(t *testing.T) {
+	balancertest.Run(t, newRef(hashes))
 }
 
 // failedChecks returns the names of the checks an error from Test reports.
@@ -285,6 +323,9 @@ func TestKitCatchesFlaws(t *testing.T) {
 		{allocatesOnFailure, "allocates in Done for failures", "Allocs"},
 		{panicsConcurrently, "panics in a goroutine of the kit", "Concurrent"},
 		{nilConcurrently, "returns nil, nil in a goroutine of the kit", "Concurrent"},
+		{hashIgnoresAttempt, "a hash picker whose retries all go home", "Retries"},
+		{hashRepeats, "a hash picker whose retries repeat a backend", "Retries"},
+		{hashPerProcess, "a hash picker whose retry order differs between instances", "Retries"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,7 +32,7 @@
 //
 // # Checks
 //
-// The 14 checks, each a subtest of that name:
+// The 15 checks, each a subtest of that name:
 //
 //   - Empty: before any Update, and after an empty one, Pick returns
 //     balancer.ErrNoBackend itself (not a wrapped copy) and a nil backend.
@@ -54,6 +54,12 @@
 //     the only one otherwise.
 //   - Attempt: any Attempt, negative or huge, gives a pick in the set and
 //     no panic.
+//   - Retries: for a picker with key affinity (every first try of a key
+//     returns the key's home, and keys have different homes), Attempts 0
+//     to n−1 of a key reach its home and then each other backend once, in
+//     sets of 3, 8 and 64, and a second Balancer with the same set walks
+//     the same sequences. A picker without key affinity passes: it ignores
+//     Attempt.
 //   - DoneUnknown: Done for nil, a nil *balancer.Endpoint, unknown or
 //     removed backends, with every shape of Result, is harmless.
 //   - Abandoned: Results that carry no measurement (balancer.ErrAbandoned,
