@@ -53,7 +53,7 @@ type Backend interface {
 }
 
 // Weighter is implemented by backends that carry a weight. Algorithms that
-// use weights (wrr, leastconn, consistent) read it with WeightOf once per
+// use weights (wrr, leastconn, iphash, consistent) read it with WeightOf once per
 // Update; a Backend that does not implement Weighter weighs 1.
 type Weighter interface {
 	// Weight returns the backend's relative capacity, in [1, MaxWeight].

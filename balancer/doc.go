@@ -113,6 +113,9 @@
 // strings start with the package that made them. No picker returns
 // [ErrAbandoned]: callers pass it to Done.
 //
-// The conformance kit in package balancertest checks all of this for any
-// Balancer, lbkit's or yours, with one call.
+// The conformance kit in package balancertest checks, for any Balancer,
+// lbkit's or yours, with one call, the rules above that every Balancer
+// keeps, and a hash picker's retry sequence (Request.Attempt). What it
+// cannot see from outside, such as a removed backend's state outliving
+// churn for its late Dones (Registry, Busy), each picker's own tests check.
 package balancer

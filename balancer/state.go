@@ -48,7 +48,8 @@ type retiredID struct {
 // Backends of the previous Sync missing from bs are retired. bs must already
 // be valid (see Validate).
 //
-// Cost: O(live + retired), one map and one slice allocated per call.
+// Cost: O(live + retired); two maps and one slice allocated per call, and
+// a zero S for each new ID.
 func (r *Registry[S]) Sync(bs []Backend) States[S] {
 	if r.retired == nil {
 		r.retired = make(map[string]retiredState[S])
@@ -91,7 +92,10 @@ func (r *Registry[S]) Sync(bs []Backend) States[S] {
 
 // Busy is implemented by state types that must outlive their backend's
 // removal for a while. A Registry does not evict a retired state whose
-// pointer implements Busy while Busy returns true. InFlight implements it.
+// pointer implements Busy while Busy returns true. InFlight implements it,
+// and so does a struct that embeds an InFlight; a struct that holds one in
+// a named field does not, and must forward Busy itself (lrt's state did
+// not, and lost counts under churn until it did).
 type Busy interface {
 	Busy() bool
 }

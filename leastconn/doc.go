@@ -97,7 +97,10 @@
 //     second pass, only when the first met a tie, draws among the tied.
 //   - Choices (Mitzenmacher, "The Power of Two Choices in Randomized Load
 //     Balancing", IEEE TPDS 2001): draw k distinct candidates at random,
-//     take the least loaded of them. O(k), whatever n. With k = 2 and n
+//     take the least loaded of them. O(k), whatever n (but for one case:
+//     when the backend to avoid holds nearly all of a weighted set's
+//     weight, the draws keep landing on it and Pick falls back to a scan,
+//     O(n)). With k = 2 and n
 //     requests on n backends the busiest holds about ln ln n / ln 2,
 //     against ln n / ln ln n with one random choice; with many more
 //     requests it stays ln ln n / ln 2 + O(1) above the mean (Berenbrink

@@ -221,8 +221,9 @@ func (p *Picker) choicesFor(n int) int {
 // Ties are broken at random, in proportion to weight.
 //
 // Cost: one random number from the WithRand source (none for a scan that
-// meets no tie), then O(n) atomic loads for a scan or k for choices, and
-// one atomic add. No lock, no allocation.
+// meets no tie), then O(n) atomic loads for a scan or k for choices (n if
+// every draw lands on the backend to avoid; see the package doc), and one
+// atomic add. No lock, no allocation.
 func (p *Picker) Pick(req balancer.Request) (balancer.Backend, error) {
 	s := p.snap.Load()
 	var i int
@@ -382,8 +383,10 @@ func (s *snapshot) sample(avoid string, rnd func() uint64) int {
 	}
 	if best < 0 {
 		// Every draw failed: a weighted set where the backend to avoid
-		// holds nearly all the weight. The scan finds another.
-		return s.scan(avoid, rnd)
+		// holds nearly all the weight. The scan finds another, breaking
+		// ties with numbers from the same draw (WithRand: one call to rnd
+		// per pick).
+		return s.scan(avoid, r.next)
 	}
 	return best
 }

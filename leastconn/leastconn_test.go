@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -482,4 +483,28 @@ func TestInFlightUnknown(t *testing.T) {
 	assert.Zero(t, p.InFlight("nobody:80"))
 	assert.Zero(t, p.InFlight(""))
 	assert.Equal(t, int64(1), p.InFlight("k0:80"))
+}
+
+// WithRand's promise holds on the rarest path too: when every draw lands
+// on the backend to avoid (it holds nearly all the weight), the fallback
+// scan breaks its ties from the same draw rather than calling rnd again.
+func TestOneRandCallPerPick(t *testing.T) {
+	src := rand.New(rand.NewPCG(3, 3))
+	calls := 0
+	p := leastconn.New(leastconn.WithChoices(2), leastconn.WithRand(func() uint64 { calls++; return src.Uint64() }))
+	set := []balancer.Backend{balancer.NewEndpoint("heavy", balancer.MaxWeight)}
+	for i := range 15 {
+		set = append(set, balancer.NewEndpoint(fmt.Sprintf("light-%d", i), 1))
+	}
+	require.NoError(t, p.Update(set))
+	most := 0
+	for range 2000 {
+		calls = 0
+		b, err := p.Pick(balancer.Request{Avoid: "heavy"})
+		require.NoError(t, err)
+		require.NotEqual(t, "heavy", b.ID())
+		most = max(most, calls)
+		p.Done(b, balancer.Result{Latency: time.Millisecond})
+	}
+	assert.Equal(t, 1, most, "calls to rnd in one Pick, at most")
 }
