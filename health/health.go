@@ -753,21 +753,35 @@ func (h *Balancer) deliver() {
 		return
 	}
 	h.delivering = true
-	defer func() {
-		h.qmu.Lock()
-		h.delivering = false
-		h.qmu.Unlock()
-	}()
+	// delivering is cleared in the critical section that finds the queue
+	// empty: a change queued after it is seen by its own caller's deliver,
+	// never left to a deliverer that has already decided to stop.
 	for len(h.queue) > 0 {
 		q := h.queue
 		h.queue = nil
 		h.qmu.Unlock()
-		for _, c := range q {
-			h.s.onChange(c)
-		}
+		h.deliverAll(q)
 		h.qmu.Lock()
 	}
+	h.delivering = false
 	h.qmu.Unlock()
+}
+
+// deliverAll calls OnChange for each of q, with no lock held. If OnChange
+// panics, delivering is cleared so that later changes are still delivered.
+func (h *Balancer) deliverAll(q []Change) {
+	ok := false
+	defer func() {
+		if !ok {
+			h.qmu.Lock()
+			h.delivering = false
+			h.qmu.Unlock()
+		}
+	}()
+	for _, c := range q {
+		h.s.onChange(c)
+	}
+	ok = true
 }
 
 // Drain takes the backend out of the inner picker's set gently: it gets
