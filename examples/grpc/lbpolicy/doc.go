@@ -74,12 +74,21 @@
 // endpointsharding balancer keeps one pick_first child per endpoint, and
 // the resolver state goes down through pickfirst.EnableHealthListener,
 // without which the children would ignore health checking. Each time a
-// child's state changes, the policy hands the READY endpoints to the lbkit
-// picker with Update, each as a Backend whose ID is the endpoint's first
-// address (so what lbkit learned about it, in-flight counts and latency,
-// carries across updates and reconnects), and publishes a gRPC picker.
-// With no endpoint READY, endpointsharding's own picker goes up instead, so
-// RPCs queue or fail as gRPC decides.
+// child's state changes the READY endpoints or their weights, the policy
+// hands them to the lbkit picker with Update, each as a Backend whose ID
+// is the endpoint's first address (so what lbkit learned about it,
+// in-flight counts and latency, carries across updates and reconnects),
+// and publishes a gRPC picker. A change that leaves them as they were (a
+// dead endpoint's reconnection attempts, a child's new picker) makes no
+// Update: the child's picker is swapped in place, and a picker is
+// published. With no endpoint READY, endpointsharding's own picker goes up
+// instead, so RPCs queue or fail as gRPC decides.
+//
+// If the lbkit picker has no backend while endpoints are READY (a health
+// decorator with every backend drained, say), a fail-fast RPC fails
+// UNAVAILABLE at once, and one that waits for ready waits: the policy
+// publishes a fresh picker every 250 ms while such RPCs keep finding the
+// set empty, so they ask lbkit again.
 //
 // The gRPC picker calls the lbkit Pick, then the chosen endpoint's child
 // picker for the connection. lbkit returns the very Backend it was given,

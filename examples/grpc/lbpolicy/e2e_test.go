@@ -3,7 +3,9 @@ package lbpolicy_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,13 +342,22 @@ func TestDoneFeedback(t *testing.T) {
 				b.delay.Store(int64(delay))
 			}
 		}()
+		served := func() int64 { return bs[0].served.Load() + bs[1].served.Load() + bs[2].served.Load() }
+		before := served()
+		seen, _ := rec.snapshot()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		go func() {
-			time.Sleep(50 * time.Millisecond)
+			// Cancel once a server has the call, so that it was picked
+			// and sent, however slow the machine.
+			for served() == before && ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
 			cancel()
 		}()
 		_, err := echo.Call(ctx, cc, "hi")
 		assert.Equal(t, codes.Canceled, status.Code(err))
+		rs, _ := rec.snapshot()
+		require.Len(t, rs, len(seen)+1, "one Done for the cancelled call")
 		r := last()
 		assert.True(t, r.Abandoned(), "got %+v", r)
 		assert.False(t, r.Sample())
@@ -388,6 +399,12 @@ func TestBadResolverUpdate(t *testing.T) {
 		{"no address", append(endpoints(bs[:1]), resolver.Endpoint{}), lbk.ErrEmptyID},
 		{"same first address", append(endpoints(bs[:1]), resolver.Endpoint{Addresses: []resolver.Address{
 			{Addr: bs[0].addr}, {Addr: bs[1].addr}}}), lbk.ErrDuplicateID},
+		{"same addresses, other order", []resolver.Endpoint{
+			{Addresses: []resolver.Address{{Addr: bs[0].addr}, {Addr: bs[1].addr}}},
+			{Addresses: []resolver.Address{{Addr: bs[1].addr}, {Addr: bs[0].addr}}}}, lbk.ErrDuplicateID},
+		{"listed twice, other weight", append(endpoints(bs[:2], 1, 2), endpoints(bs[1:2], 3)...), lbk.ErrDuplicateID},
+		{"an address twice in one endpoint", []resolver.Endpoint{
+			{Addresses: []resolver.Address{{Addr: bs[0].addr}, {Addr: bs[0].addr}}}}, lbk.ErrDuplicateID},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
@@ -403,6 +420,23 @@ func TestBadResolverUpdate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestListedTwice checks that an endpoint listed twice, exactly, is taken
+// once: resolvers that merge sources produce such lists.
+func TestListedTwice(t *testing.T) {
+	checkNoLeaks(t)
+	bs := startBackends(t, 0, 0)
+	cc, r := dial(t, serviceConfig(lbpolicy.WeightedRoundRobin, ""), endpoints(bs))
+	warm(t, cc, bs, nil)
+	var got atomic.Pointer[error]
+	r.UpdateStateCallback = func(err error) { got.Store(&err) }
+	r.UpdateState(resolver.State{Endpoints: append(endpoints(bs, 1, 1), endpoints(bs[:1], 1)...)})
+	require.NotNil(t, got.Load())
+	require.NoError(t, *got.Load())
+	c := load(t, cc, 4, 200, nil)
+	assert.Zero(t, c.failed, "errors: %v", c.errs)
+	assert.InDelta(t, 0.5, c.share("b0"), 0.05, "b0 counts once: %v", c)
 }
 
 // TestResolverUpdate checks that a new endpoint list takes effect: a
@@ -468,5 +502,33 @@ func BenchmarkRPC(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestUpdatesOnlyOnChange checks that the lbkit picker is given a set only
+// when the READY endpoints or their weights change: a child's state change
+// that leaves them as they were (a stopped server's connection going
+// through IDLE, CONNECTING and TRANSIENT_FAILURE) swaps the child's picker
+// in place. A ring or a Maglev table is rebuilt on every Update, and a
+// metrics decorator sweeps its series.
+func TestUpdatesOnlyOnChange(t *testing.T) {
+	checkNoLeaks(t)
+	bs := startBackends(t, time.Millisecond, time.Millisecond, time.Millisecond)
+	cc, _ := dial(t, serviceConfig(recorderPolicy, ""), endpoints(bs))
+	warm(t, cc, bs, nil)
+	rec := lastRecorder.Load()
+	require.NotNil(t, rec)
+	bs[0].srv.Stop()
+	eventually(t, "b0 to leave the set", func() bool {
+		sets := rec.updates()
+		return !strings.Contains(sets[len(sets)-1], bs[0].addr)
+	})
+	c := load(t, cc, 4, 200, nil) // traffic while b0's connection churns
+	assert.Zero(t, c.failed, "errors: %v", c.errs)
+	time.Sleep(300 * time.Millisecond)
+	sets := rec.updates()
+	t.Logf("%d Updates: %q", len(sets), sets)
+	for i := 1; i < len(sets); i++ {
+		assert.NotEqual(t, sets[i-1], sets[i], "Update %d gave the picker the set it already had", i)
 	}
 }

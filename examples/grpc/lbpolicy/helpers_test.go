@@ -37,6 +37,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	balancer.Register(b)
+	b, err = lbpolicy.NewBuilder(drainPolicy, func() lbk.Balancer { return newDrainable() })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	balancer.Register(b)
 	os.Exit(m.Run())
 }
 

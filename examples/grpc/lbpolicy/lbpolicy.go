@@ -81,7 +81,10 @@ var (
 //
 // name must be lower case (gRPC looks policies up by exact name) and not
 // empty. The config's key is optional: the picker gets the metadata value
-// as Request.Key when it is set.
+// as Request.Key when it is set. newBalancer must not return nil; a
+// channel whose config arrives then refuses it. If the Balancer is an
+// io.Closer (health.Balancer, lbmetrics.Balancer), the policy closes it
+// when the channel closes.
 func NewBuilder(name string, newBalancer func() lbk.Balancer) (*Builder, error) {
 	if err := checkName(name); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lbk "github.com/lbkit/lbkit/balancer"
@@ -15,15 +16,26 @@ import (
 
 // endpoint is the lbkit Backend for one READY endpoint: its ID (the first
 // address), its weight, and the picker of its pick_first child, which
-// holds the connection. One is made per endpoint each time the READY set
-// changes; lbkit's Pick returns the very value it was given, so the
-// picker finds the child with a type assertion, not a map.
+// holds the connection. lbkit's Pick returns the very value it was given,
+// so the picker finds the child with a type assertion, not a map.
 //
-// An endpoint is immutable.
+// The policy keeps one endpoint per ID for as long as it stays READY with
+// the same weight, and swaps the child's picker in place when the child
+// publishes a new one, so that a state change that leaves the READY set
+// as it was needs no lbkit Update. id and weight are immutable.
 type endpoint struct {
 	id     string
 	weight int
-	child  balancer.Picker
+	child  atomic.Pointer[pickerBox]
+}
+
+// pickerBox boxes a child's picker for endpoint.child.
+type pickerBox struct{ balancer.Picker }
+
+func newEndpoint(id string, weight int, child balancer.Picker) *endpoint {
+	e := &endpoint{id: id, weight: weight}
+	e.child.Store(&pickerBox{child})
+	return e
 }
 
 var (
@@ -52,6 +64,8 @@ var errCancelled = fmt.Errorf("lbpolicy: rpc cancelled: %w", lbk.ErrAbandoned)
 //
 // A picker is immutable after newPicker and safe for concurrent use.
 type picker struct {
+	policy   *policy
+	gen      uint64 // policy.gen when this picker was made
 	lb       lbk.Picker
 	fb       lbk.Feedback // nil: lb learns nothing, so nothing is tracked
 	key      string       // metadata key of the affinity key, or ""
@@ -59,16 +73,22 @@ type picker struct {
 	calls    *sync.Pool // *call
 
 	// Prebuilt so that the error paths allocate nothing.
-	errBadKey  error
-	errForeign error
+	errBadKey    error
+	errForeign   error
+	errNoBackend error
 }
 
 var _ balancer.Picker = (*picker)(nil)
 
-func newPicker(p *policy, lb lbk.Picker, fb lbk.Feedback, cfg *Config) *picker {
+// newPicker returns the picker of generation gen over p's lbkit picker and
+// config; call it with p.mu held.
+func newPicker(p *policy, gen uint64) *picker {
+	cfg := p.cfg
 	return &picker{
-		lb:       lb,
-		fb:       fb,
+		policy:   p,
+		gen:      gen,
+		lb:       p.lb,
+		fb:       p.fb,
 		key:      cfg.Key,
 		failures: cfg.failures,
 		calls:    &p.calls,
@@ -76,6 +96,10 @@ func newPicker(p *policy, lb lbk.Picker, fb lbk.Feedback, cfg *Config) *picker {
 			"lbpolicy: %s: metadata %q does not hold a key the picker can use", p.builder.name, cfg.Key),
 		errForeign: status.Errorf(codes.Internal,
 			"lbpolicy: %s: picker returned a backend it was not given", p.builder.name),
+		// Not a status error: gRPC fails a fail-fast RPC with UNAVAILABLE
+		// and keeps a wait-for-ready one waiting for the next picker.
+		errNoBackend: fmt.Errorf("lbpolicy: %s: the lbkit picker has no backend to give (all drained, in maintenance or ejected?)",
+			p.builder.name),
 	}
 }
 
@@ -104,7 +128,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		p.forget(b)
 		return balancer.PickResult{}, p.errForeign
 	}
-	res, err := e.child.Pick(info)
+	res, err := e.child.Load().Pick(info)
 	if err != nil {
 		// No RPC goes out on this pick: take it off lbkit's count. gRPC
 		// picks again when the error asks it to.
@@ -130,10 +154,18 @@ func (p *picker) forget(b lbk.Backend) {
 // pickError turns an lbkit Pick error into what gRPC expects of a picker.
 func (p *picker) pickError(err error) error {
 	switch {
-	case err == lbk.ErrNoBackend:
-		// The READY set emptied after this picker was published; the
+	case err == lbk.ErrNoBackend && p.policy.gen.Load() != p.gen:
+		// The READY set changed after this picker was published; the
 		// picker that replaces it is on its way, and gRPC waits for it.
 		return balancer.ErrNoSubConnAvailable
+	case err == lbk.ErrNoBackend:
+		// This picker is current, gRPC has READY endpoints, and the lbkit
+		// picker still has none to give: a decorator (health) has taken
+		// them all out. No state change of gRPC's will bring a new picker,
+		// so the policy publishes one shortly, for the RPCs that wait for
+		// ready to ask again; fail-fast RPCs fail now.
+		p.policy.republishSoon(p.gen)
+		return p.errNoBackend
 	case errors.Is(err, lbk.ErrBadKey):
 		// A status error ends the RPC at once, even a wait-for-ready one,
 		// which would otherwise wait for a picker that cannot come.

@@ -43,11 +43,15 @@ func (c *childPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
 // feedback wraps a Balancer and keeps the Results Done gets.
 type feedback struct {
 	lbk.Balancer
+	onDone  func() // if set, called at each Done
 	mu      sync.Mutex
 	results []lbk.Result
 }
 
 func (f *feedback) Done(b lbk.Backend, r lbk.Result) {
+	if f.onDone != nil {
+		f.onDone()
+	}
 	f.mu.Lock()
 	f.results = append(f.results, r)
 	f.mu.Unlock()
@@ -83,12 +87,13 @@ func testPicker(t testing.TB, name, cfgJSON string, lb lbk.Balancer, children ..
 	require.NoError(t, err)
 	bs := make([]lbk.Backend, len(children))
 	for i, c := range children {
-		bs[i] = &endpoint{id: string(rune('a' + i)), weight: 1, child: c}
+		bs[i] = newEndpoint(string(rune('a'+i)), 1, c)
 	}
 	require.NoError(t, lb.Update(bs))
 	p := newPolicy(bld, nil, balancer.BuildOptions{})
-	fb, _ := lb.(lbk.Feedback)
-	return newPicker(p, lb, fb, cfg.(*Config))
+	p.lb, p.cfg = lb, cfg.(*Config)
+	p.fb, _ = lb.(lbk.Feedback)
+	return newPicker(p, p.gen.Load())
 }
 
 func TestResult(t *testing.T) {
@@ -139,19 +144,32 @@ func TestResult(t *testing.T) {
 // TestDoneOnce checks that Done reaches the lbkit picker once and then the
 // child's own Done, with the same DoneInfo, and leaves nothing in flight.
 func TestDoneOnce(t *testing.T) {
-	var childInfos []balancer.DoneInfo
-	child := &childPicker{done: func(i balancer.DoneInfo) { childInfos = append(childInfos, i) }}
+	var (
+		order      []string
+		childInfos []balancer.DoneInfo
+	)
+	child := &childPicker{done: func(i balancer.DoneInfo) {
+		order = append(order, "child")
+		childInfos = append(childInfos, i)
+	}}
 	lc := leastconn.New()
-	fb := &feedback{Balancer: lc}
+	fb := &feedback{Balancer: lc, onDone: func() { order = append(order, "lbkit") }}
 	p := testPicker(t, LeastConn, `{}`, fb, child)
-	for range 3 {
+	infos := []balancer.DoneInfo{
+		{BytesSent: true, BytesReceived: true},
+		{Err: status.Error(codes.Unavailable, "gone"), BytesSent: true},
+		{Err: status.Error(codes.NotFound, "no"), BytesSent: true, BytesReceived: true, ServerLoad: "load"},
+	}
+	for i, info := range infos {
 		res, err := p.Pick(balancer.PickInfo{Ctx: context.Background()})
 		require.NoError(t, err)
-		res.Done(balancer.DoneInfo{BytesSent: true, BytesReceived: true})
+		assert.Equal(t, int64(1), lc.InFlight("a"), "pick %d counted", i)
+		res.Done(info)
+		assert.Zero(t, lc.InFlight("a"), "pick %d uncounted by its Done", i)
 	}
-	assert.Len(t, fb.results, 3)
-	assert.Len(t, childInfos, 3)
-	assert.True(t, childInfos[0].BytesReceived)
+	assert.Len(t, fb.results, len(infos), "one lbkit Done per pick")
+	assert.Equal(t, infos, childInfos, "the child's Done gets the very DoneInfo")
+	assert.Equal(t, []string{"lbkit", "child", "lbkit", "child", "lbkit", "child"}, order)
 }
 
 // TestForget checks that a pick the child cannot serve is taken off the
@@ -173,10 +191,21 @@ func (foreign) Pick(lbk.Request) (lbk.Backend, error) {
 }
 
 func TestPickErrors(t *testing.T) {
-	t.Run("empty set waits for the next picker", func(t *testing.T) {
+	t.Run("set emptied under a stale picker: wait for the next", func(t *testing.T) {
 		p := testPicker(t, RoundRobin, `{}`, rr.New())
+		p.policy.gen.Add(1) // as UpdateState does before the lbkit Update
 		_, err := p.Pick(balancer.PickInfo{Ctx: context.Background()})
 		assert.Equal(t, balancer.ErrNoSubConnAvailable, err)
+	})
+	t.Run("empty set under the current picker: fail fast, wait for ready", func(t *testing.T) {
+		p := testPicker(t, RoundRobin, `{}`, rr.New())
+		_, err := p.Pick(balancer.PickInfo{Ctx: context.Background()})
+		require.Error(t, err)
+		assert.NotEqual(t, balancer.ErrNoSubConnAvailable, err, "that would hold even fail-fast RPCs until some unrelated change")
+		_, isStatus := status.FromError(err)
+		assert.False(t, isStatus, "a status error would end wait-for-ready RPCs too: %v", err)
+		assert.Contains(t, err.Error(), "no backend")
+		assert.True(t, p.policy.retryPending.Load(), "a new picker is scheduled for the RPCs that wait")
 	})
 	t.Run("bad key fails at once", func(t *testing.T) {
 		p := testPicker(t, IPHash, `{"key": "x-client-ip"}`, iphash.New(), &childPicker{})
@@ -334,4 +363,17 @@ func BenchmarkPick(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A NewBuilder func that returns nil is refused when the config arrives,
+// rather than leaving the channel on endpointsharding's round robin.
+func TestNilBalancerRefused(t *testing.T) {
+	bld, err := NewBuilder("lbkit_test_nil", func() lbk.Balancer { return nil })
+	require.NoError(t, err)
+	cfg, err := bld.ParseConfig([]byte(`{}`))
+	require.NoError(t, err)
+	p := newPolicy(bld, nil, balancer.BuildOptions{})
+	err = p.UpdateClientConnState(balancer.ClientConnState{BalancerConfig: cfg})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nil Balancer")
 }

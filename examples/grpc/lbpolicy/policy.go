@@ -1,8 +1,12 @@
 package lbpolicy
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	lbk "github.com/lbkit/lbkit/balancer"
 	"google.golang.org/grpc/balancer"
@@ -33,12 +37,29 @@ type policy struct {
 	child   balancer.Balancer
 	calls   sync.Pool // *call, reused across pickers (see picker.Pick)
 
+	// gen counts the lbkit Updates and picker publications: bumped before
+	// each, so that a picker whose lbkit Pick finds no backend can tell a
+	// set emptied under it (a newer picker is on its way) from a current
+	// picker whose lbkit picker has nothing to give (see picker.pickError).
+	gen atomic.Uint64
+	// retry is the republication scheduled by republishSoon, if any.
+	retry        atomic.Pointer[time.Timer]
+	retryPending atomic.Bool
+
 	// Guarded by mu.
-	mu  sync.Mutex
-	cfg *Config
-	lb  lbk.Balancer
-	fb  lbk.Feedback // lb's Feedback, or nil
+	mu      sync.Mutex
+	cfg     *Config
+	lb      lbk.Balancer
+	fb      lbk.Feedback // lb's Feedback, or nil
+	serving bool         // the last state published holds a picker of ours
+	closed  bool
+	ready   map[string]*endpoint // the READY set lbkit has, by ID
 }
+
+// republishAfter is how long a picker that found the lbkit picker's set
+// empty waits before the policy publishes a fresh one, so that RPCs
+// waiting for ready ask lbkit again.
+const republishAfter = 250 * time.Millisecond
 
 var _ balancer.Balancer = (*policy)(nil)
 
@@ -64,15 +85,20 @@ func (p *policy) UpdateClientConnState(s balancer.ClientConnState) error {
 		return fmt.Errorf("%w (%w)", err, balancer.ErrBadResolverState)
 	}
 
+	var old lbk.Balancer // replaced, to close
 	p.mu.Lock()
 	if p.lb == nil || p.cfg.BoundedLoad != cfg.BoundedLoad {
 		// A new picker only when what it is made from changes; otherwise
 		// the one in use keeps what it has learned.
 		lb, err := p.builder.newBalancer(cfg)
+		if err == nil && lb == nil {
+			err = errors.New("newBalancer returned a nil Balancer")
+		}
 		if err != nil {
 			p.mu.Unlock()
 			return fmt.Errorf("lbpolicy: %s: %w", p.builder.name, err)
 		}
+		old = p.lb
 		p.lb = lb
 		p.fb, _ = lb.(lbk.Feedback)
 	}
@@ -81,9 +107,23 @@ func (p *policy) UpdateClientConnState(s balancer.ClientConnState) error {
 
 	// Not under mu: the child answers with UpdateState, synchronously.
 	// pick_first reads no config of ours, so none goes down.
-	return p.child.UpdateClientConnState(balancer.ClientConnState{
+	err := p.child.UpdateClientConnState(balancer.ClientConnState{
 		ResolverState: pickfirst.EnableHealthListener(s.ResolverState),
 	})
+	// The replaced picker's last picks may still be running; what is left
+	// of it is its background work, if any.
+	closeBalancer(old)
+	return err
+}
+
+// closeBalancer closes lb if it is an io.Closer (health.Balancer and
+// lbmetrics.Balancer are), logging a failure.
+func closeBalancer(lb lbk.Balancer) {
+	if c, ok := lb.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			logger.Warningf("lbpolicy: closing the lbkit balancer: %v", err)
+		}
+	}
 }
 
 // ResolverError passes the error to the children; endpointsharding
@@ -98,8 +138,48 @@ func (p *policy) UpdateSubConnState(sc balancer.SubConn, s balancer.SubConnState
 // ExitIdle asks the children to connect.
 func (p *policy) ExitIdle() { p.child.ExitIdle() }
 
-// Close closes the children.
-func (p *policy) Close() { p.child.Close() }
+// Close closes the children, and the lbkit balancer if it is an
+// io.Closer.
+func (p *policy) Close() {
+	p.child.Close()
+	p.mu.Lock()
+	p.closed = true
+	lb := p.lb
+	p.mu.Unlock()
+	if t := p.retry.Load(); t != nil {
+		t.Stop()
+	}
+	closeBalancer(lb)
+}
+
+// republishSoon publishes a new picker after republishAfter, unless one
+// is already scheduled or a newer picker than gen's has been published by
+// then: RPCs that wait for ready then ask the lbkit picker again. It is
+// called from Pick, so it takes no lock unless it schedules.
+func (p *policy) republishSoon(gen uint64) {
+	if !p.retryPending.CompareAndSwap(false, true) {
+		return
+	}
+	p.retry.Store(time.AfterFunc(republishAfter, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.retryPending.Store(false)
+		if p.closed || !p.serving || p.gen.Load() != gen {
+			return
+		}
+		p.publishLocked()
+	}))
+}
+
+// publishLocked publishes a READY state with a new picker over p.lb.
+func (p *policy) publishLocked() {
+	gen := p.gen.Add(1)
+	p.serving = true
+	p.ClientConn.UpdateState(balancer.State{
+		ConnectivityState: connectivity.Ready,
+		Picker:            newPicker(p, gen),
+	})
+}
 
 // UpdateState receives endpointsharding's aggregated state. With at least
 // one READY endpoint, the READY ones become the lbkit picker's set and the
@@ -109,20 +189,41 @@ func (p *policy) Close() { p.child.Close() }
 // as it is.
 func (p *policy) UpdateState(s balancer.State) {
 	children := endpointsharding.ChildStatesFromPicker(s.Picker)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	// The READY endpoints, reusing the endpoint of an ID that stays READY
+	// with the same weight: same means no lbkit Update is needed.
 	ready := make([]lbk.Backend, 0, len(children))
+	byID := make(map[string]*endpoint, len(children))
+	same := true
 	for _, c := range children {
 		if c.State.ConnectivityState != connectivity.Ready {
 			continue
 		}
-		ready = append(ready, &endpoint{
-			id:     endpointID(c.Endpoint),
-			weight: WeightOf(c.Endpoint),
-			child:  c.State.Picker,
-		})
+		id, w := endpointID(c.Endpoint), WeightOf(c.Endpoint)
+		e := p.ready[id]
+		if e == nil || e.weight != w {
+			e, same = newEndpoint(id, w, c.State.Picker), false
+		}
+		ready = append(ready, e)
+		byID[id] = e
 	}
-
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	same = same && len(byID) == len(p.ready) && p.lb != nil && p.serving
+	if same {
+		// Only the children's pickers changed: swap them in, and publish
+		// a picker so that gRPC picks again.
+		for _, c := range children {
+			if c.State.ConnectivityState == connectivity.Ready {
+				byID[endpointID(c.Endpoint)].child.Store(&pickerBox{c.State.Picker})
+			}
+		}
+		p.publishLocked()
+		return
+	}
 	if p.lb == nil {
 		// No config yet, so no picker: nothing but endpointsharding's
 		// state can go up. (Not reached through gRPC, which sends a config
@@ -130,6 +231,9 @@ func (p *policy) UpdateState(s balancer.State) {
 		p.ClientConn.UpdateState(s)
 		return
 	}
+	p.gen.Add(1) // before lbkit's set changes: pickers before it are stale
+	p.serving = false
+	p.ready = nil
 	if err := p.lb.Update(ready); err != nil {
 		// checkEndpoints makes this unreachable for lbkit's pickers; a
 		// custom picker may refuse a set for reasons of its own.
@@ -140,14 +244,12 @@ func (p *policy) UpdateState(s balancer.State) {
 		})
 		return
 	}
+	p.ready = byID
 	if len(ready) == 0 {
 		p.ClientConn.UpdateState(s)
 		return
 	}
-	p.ClientConn.UpdateState(balancer.State{
-		ConnectivityState: connectivity.Ready,
-		Picker:            newPicker(p, p.lb, p.fb, p.cfg),
-	})
+	p.publishLocked()
 }
 
 // errPicker fails every pick with err.

@@ -1,6 +1,8 @@
 package lbpolicy_test
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -26,6 +28,7 @@ type recorder struct {
 	mu      sync.Mutex
 	results []lbk.Result
 	ids     []string
+	sets    []string // each Update's IDs, sorted and joined
 }
 
 var (
@@ -45,6 +48,25 @@ func (r *recorder) Pick(req lbk.Request) (lbk.Backend, error) {
 		r.picks.Add(1)
 	}
 	return b, err
+}
+
+func (r *recorder) Update(bs []lbk.Backend) error {
+	ids := make([]string, len(bs))
+	for i, b := range bs {
+		ids[i] = b.ID()
+	}
+	slices.Sort(ids)
+	r.mu.Lock()
+	r.sets = append(r.sets, strings.Join(ids, ","))
+	r.mu.Unlock()
+	return r.Picker.Update(bs)
+}
+
+// updates returns a copy of the sets given to Update so far.
+func (r *recorder) updates() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.sets...)
 }
 
 func (r *recorder) Done(b lbk.Backend, res lbk.Result) {

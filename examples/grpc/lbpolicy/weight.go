@@ -52,23 +52,37 @@ func endpointID(ep resolver.Endpoint) string {
 }
 
 // checkEndpoints refuses what would make lbkit's Update fail later, when
-// gRPC can no longer be told: an endpoint without an address, two
-// different endpoints with the same first address, a weight out of range.
-// Checking the whole resolver list up front keeps the ready subsets valid.
-// An endpoint listed twice is allowed: endpointsharding keeps one.
+// gRPC can no longer be told, or make a backend's ID or weight change at
+// random: an endpoint without an address, a weight out of range, and an
+// address in two endpoints that are not the same one listed twice (the
+// same addresses in the same order, with the same weight).
+// endpointsharding keeps one child per set of addresses, whatever their
+// order, and which of two listings it keeps changes from one resolver
+// update to the next; lbkit's ID is the first address. An endpoint listed
+// twice exactly is allowed: endpointsharding keeps one.
 func checkEndpoints(eps []resolver.Endpoint) error {
-	seen := make(map[string]resolver.Endpoint, len(eps))
+	owner := make(map[string]int, len(eps)) // address → first endpoint holding it
 	for i, ep := range eps {
 		id := endpointID(ep)
 		if id == "" {
 			return fmt.Errorf("lbpolicy: endpoint %d: %w", i, lbk.ErrEmptyID)
 		}
-		if prev, dup := seen[id]; dup && !sameAddrs(prev, ep) {
-			return fmt.Errorf("lbpolicy: endpoint %q: %w", id, lbk.ErrDuplicateID)
-		}
-		seen[id] = ep
-		if w := WeightOf(ep); w < 1 || w > lbk.MaxWeight {
+		w := WeightOf(ep)
+		if w < 1 || w > lbk.MaxWeight {
 			return fmt.Errorf("lbpolicy: endpoint %q: weight %d: %w", id, w, lbk.ErrBadWeight)
+		}
+		for _, a := range ep.Addresses {
+			j, dup := owner[a.Addr]
+			if !dup {
+				owner[a.Addr] = i
+				continue
+			}
+			if j == i {
+				return fmt.Errorf("lbpolicy: endpoint %q: address %q listed twice: %w", id, a.Addr, lbk.ErrDuplicateID)
+			}
+			if !sameAddrs(eps[j], ep) || WeightOf(eps[j]) != w {
+				return fmt.Errorf("lbpolicy: endpoints %q and %q share address %q: %w", endpointID(eps[j]), id, a.Addr, lbk.ErrDuplicateID)
+			}
 		}
 	}
 	return nil
