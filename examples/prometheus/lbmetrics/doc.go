@@ -75,16 +75,22 @@
 // # Removed backends
 //
 // A backend that leaves the set keeps its series while requests to it are
-// in flight, so that their Done still counts; once none is left, its
-// series are deleted at the second scrape or Update after its removal that
-// finds it idle (the first only marks it, so that a Pick that began before
-// the removal and ends after it still finds them). A backend that comes
-// back before then keeps counting where it was; one that comes back later
-// starts again from zero, which Prometheus's rate() reads as a counter
-// reset. So series do not pile up when a DNS-refreshed or autoscaled set
-// churns, and a backend's counters survive a health flap, which does not
-// remove it from the set the decorator sees. A caller that never calls
-// Done for a request keeps its backend's series for good.
+// in flight, so that their Done still counts. Its series are deleted by the
+// first scrape or Update that finds it idle once an earlier scrape or
+// Update has seen it removed: a backend removed idle goes at the second
+// after its removal, one removed busy at the first after its last Done
+// (if one came while it was busy). The grace of one lets a Pick that began
+// before the removal and ends after it still find them. A backend that
+// comes back before then keeps counting where it was; one that comes back
+// later starts again from zero, which Prometheus's rate() reads as a
+// counter reset. So series do not pile up when a DNS-refreshed or
+// autoscaled set churns. A backend's counters survive a flap of lbkit's
+// health decorator wrapped inside this one, which does not remove it from
+// the set the decorator sees; behind the gRPC policy (examples/grpc), a
+// backend whose connection drops leaves the READY set, and so this set,
+// and starts again from zero if two scrapes or Updates pass while it is
+// away. A caller that never calls Done for a request keeps its backend's
+// series for good.
 //
 // # Cost
 //

@@ -148,7 +148,8 @@ func TestPickSampling(t *testing.T) {
 }
 
 // A removed backend keeps its series while requests to it are in flight,
-// and loses them at the second scrape (or Update) that finds it drained.
+// and loses them at the first scrape (or Update) that finds it idle after
+// an earlier one has seen it removed.
 func TestRemovedBackend(t *testing.T) {
 	m, b := newWrapped(t, lbmetrics.Config{}, rr.New())
 	bs := balancer.Endpoints("a:1", "b:1", "c:1")
