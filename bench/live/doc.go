@@ -25,7 +25,8 @@
 // program of your own may want to do the same, with debug.SetGCPercent.
 //
 // Runs play one at a time, in sim.Run's order. Each lasts the scenario's
-// length times the scale, and stops by itself: when it is over, or when
+// length times the scale (an outage that would end later is cut short
+// with it, as in the simulation; TestEndsOnTime), and stops by itself: when it is over, or when
 // ctx ends, every server, client and goroutine it started is shut down
 // before Run or Play returns (TestFailure and TestRun count goroutines
 // before and after). Traffic goes to loopback addresses only.
@@ -101,9 +102,9 @@
 //     the user requests that finished within the run, as the simulator
 //     does.
 //   - Per backend: share and sent count every attempt the proxies'
-//     pickers returned (refused ones included); refused and reset count
-//     the attempts whose Done reported a refused connection or another
-//     failure; in flight is measured at the backend, from a request's
+//     pickers returned within the run (refused ones included); refused
+//     and reset count the attempts whose Done reported a refused
+//     connection or another failure within it; in flight is measured at the backend, from a request's
 //     arrival (queueing included) to its answer. A request in flight when
 //     its backend dies mostly counts as refused, not reset: net/http's
 //     Transport resends a GET whose kept-alive connection broke before an

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -349,21 +350,29 @@ type timed struct {
 	kill  bool
 }
 
-// timeline returns what happens when, in time order.
+// timeline returns what happens when, in time order, within the
+// scenario: as in the simulator, an event at or after its end (a revive
+// after it, a user leaving as it ends) is left out, so that the run ends
+// with the scenario.
 func (r *run) timeline() []timed {
 	var out []timed
+	add := func(e timed) {
+		if int64(e.at) < r.length {
+			out = append(out, e)
+		}
+	}
 	for i, b := range r.sc.Backends {
 		for _, o := range b.Down {
-			out = append(out, timed{at: o.At, user: -1, index: i, kill: true})
+			add(timed{at: o.At, user: -1, index: i, kill: true})
 			if o.Until != 0 {
-				out = append(out, timed{at: o.Until, user: -1, index: i})
+				add(timed{at: o.Until, user: -1, index: i})
 			}
 		}
 	}
 	for c := range r.sc.UserChanges() {
-		out = append(out, timed{at: c.At, user: c.User, join: c.Join})
+		add(timed{at: c.At, user: c.User, join: c.Join})
 	}
-	slices.SortStableFunc(out, func(a, b timed) int { return int(a.at - b.at) })
+	slices.SortStableFunc(out, func(a, b timed) int { return cmp.Compare(a.at, b.at) })
 	return out
 }
 

@@ -169,6 +169,40 @@ func TestRevive(t *testing.T) {
 	assert.Positive(t, r.Backends[0].Refused)
 }
 
+// A run ends with its scenario even when an outage would end later: the
+// revive after the end is not played (the simulator skips it too), so the
+// users stop on time and the attempts match the simulation's.
+func TestEndsOnTime(t *testing.T) {
+	sc := sim.Scenario{
+		Name: "past",
+		Backends: []sim.Backend{
+			{Latency: 20 * time.Millisecond, Down: []sim.Outage{{At: time.Second, Until: 20 * time.Second}}},
+			{Latency: 20 * time.Millisecond},
+		},
+		Users:  4,
+		Stages: []sim.Stage{{Duration: 2 * time.Second, Target: 4}},
+		Think:  80 * time.Millisecond,
+	}
+	a := algo(t, "rr")
+	start := time.Now()
+	got, err := live.Play(context.Background(), sc, sim.None, a, 1, live.Options{Scale: 0.5})
+	require.NoError(t, err)
+	took := time.Since(start)
+	want, err := sim.Simulate(sc, sim.None, a, 1, 1)
+	require.NoError(t, err)
+	sent := func(r sim.Result) (n int64) {
+		for _, b := range r.Backends {
+			n += b.Sent
+		}
+		return n
+	}
+	t.Logf("%v of real time for 1s; attempts live %d, simulated %d", took, sent(got), sent(want))
+	assert.Less(t, took, 5*time.Second, "the run lasts 1s, not until the outage's end (10s)")
+	assert.LessOrEqual(t, sent(got), sent(want)*3/2, "attempts after the end are not counted")
+	last := len(want.Series.RPS[1]) - 1
+	assert.LessOrEqual(t, got.Series.RPS[1][last], 2*want.Series.RPS[1][last], "the last step holds its own attempts only")
+}
+
 // A backend serving one request at a time queues the rest first come,
 // first served: with N users and no think time it serves back to back,
 // X = 1/L, and each request waits for all N, R = N·L, the same for

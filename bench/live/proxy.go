@@ -141,8 +141,9 @@ func (p *proxy) close() {
 // meter is the picker a proxy's Transport sees: it passes Pick and Done
 // to the (health-wrapped) algorithm, counting on the way what the
 // simulation counts per backend: attempts sent, and attempts refused or
-// failed after they were sent. Done converts the latency to the
-// scenario's time base before it passes it on.
+// failed after they were sent, within the scenario (as in the
+// simulation, what happens after its end is not measured). Done converts
+// the latency to the scenario's time base before it passes it on.
 type meter struct {
 	inner   balancer.Picker
 	fb      balancer.Feedback // nil when inner learns nothing
@@ -160,18 +161,22 @@ func (m *meter) Pick(req balancer.Request) (balancer.Backend, error) {
 	if err != nil {
 		return b, err
 	}
+	t := m.r.elapsed()
+	if t >= m.r.length {
+		return b, nil // after the scenario's end: not measured
+	}
 	if req.Attempt > 0 {
 		m.retries.Add(1)
 	}
 	if be := m.r.byID[b.ID()]; be != nil {
 		be.sent.Add(1)
-		be.stepSent[m.r.stepOf(m.r.elapsed())].Add(1)
+		be.stepSent[m.r.stepOf(t)].Add(1)
 	}
 	return b, nil
 }
 
 func (m *meter) Done(b balancer.Backend, res balancer.Result) {
-	if b != nil && res.Err != nil && !res.Abandoned() {
+	if b != nil && res.Err != nil && !res.Abandoned() && m.r.elapsed() < m.r.length {
 		if be := m.r.byID[b.ID()]; be != nil {
 			if errors.Is(res.Err, syscall.ECONNREFUSED) {
 				be.refused.Add(1)
