@@ -72,7 +72,9 @@ type Config struct {
 	// Jitter spreads probes: each wait is Interval plus a uniform random
 	// offset in [-Jitter, +Jitter], so a fleet of proxies does not probe
 	// in lockstep (HAProxy's spread-checks, Envoy's interval_jitter).
-	// Default Interval/10. Must be below Interval.
+	// Default Interval/10. Must be below Interval. A wait longer than the
+	// largest time.Duration (about 292 years) is cut to it: an Interval
+	// that large means "probe once".
 	Jitter time.Duration
 	// Timeout bounds one probe. Default min(1s, Interval). A backend that
 	// hangs costs its own probe this long, and no other backend's.
@@ -101,7 +103,9 @@ type Config struct {
 	// BaseEjectionTime is how long a first ejection lasts. The k-th
 	// ejection in a row lasts k times as long, up to MaxEjectionTime; k
 	// falls by one for each BaseEjectionTime a backend stays in. Default
-	// 30s (Envoy's base_ejection_time).
+	// 30s (Envoy's base_ejection_time). Any value up to the largest
+	// time.Duration works: a huge one means "until the probes bring it
+	// back".
 	BaseEjectionTime time.Duration
 	// MaxEjectionTime caps an ejection. Default the larger of 300s and
 	// BaseEjectionTime (Envoy's max_ejection_time). Setting it below

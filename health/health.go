@@ -658,10 +658,14 @@ func (h *Balancer) step(now time.Time, nodes []*node) {
 }
 
 func (h *Balancer) eject(n *node, now time.Time, why Reason) {
-	base := h.s.baseEject
-	k := min(n.decayed(now, base), int(h.s.maxEject/base)) + 1
+	base, most := h.s.baseEject, h.s.maxEject
+	k := min(n.decayed(now, base), int(most/base)) + 1
 	n.ejections = k
-	n.until = now.Add(min(base*time.Duration(k), h.s.maxEject))
+	d := most // k base times, unless that is more (or does not fit a Duration)
+	if k <= int(most/base) {
+		d = base * time.Duration(k)
+	}
+	n.until = now.Add(d)
 	n.ejected = true
 	n.setFlag(flagEjected, true)
 	n.passes.Store(0)
@@ -994,10 +998,14 @@ func (h *Balancer) probeLoop(ctx context.Context, n *node) {
 	}
 }
 
+// nextWait returns Interval plus a uniform offset in [-Jitter, +Jitter],
+// capped at the largest Duration: the sum, up to Interval+Jitter < 2⁶⁴, is
+// taken in uint64.
 func (h *Balancer) nextWait() time.Duration {
 	j := h.s.jitter
 	if j == 0 {
 		return h.s.interval
 	}
-	return h.s.interval - j + time.Duration(h.s.rand()%uint64(2*j+1))
+	w := uint64(h.s.interval-j) + h.s.rand()%(2*uint64(j)+1)
+	return time.Duration(min(w, math.MaxInt64))
 }

@@ -1,6 +1,8 @@
 package health
 
 import (
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -70,4 +72,31 @@ func TestFailuresOfOutBackendAskNothing(t *testing.T) {
 	}
 	assert.False(t, h.pending.Load())
 	assert.Zero(t, h.failing.Load())
+}
+
+// A probe's wait is Interval ± Jitter, capped at the largest Duration when
+// the sum does not fit: never negative, which would probe back to back.
+func TestNextWaitSaturates(t *testing.T) {
+	const maxD = time.Duration(math.MaxInt64)
+	tests := []struct {
+		interval, jitter time.Duration
+		draw             uint64
+		want             time.Duration
+	}{
+		{time.Second, 100 * time.Millisecond, 0, 900 * time.Millisecond},
+		{time.Second, 100 * time.Millisecond, uint64(200 * time.Millisecond), 1100 * time.Millisecond},
+		{maxD, maxD / 10, 0, maxD - maxD/10},
+		{maxD, maxD / 10, uint64(maxD / 10), maxD},
+		{maxD, maxD / 10, uint64(maxD/10) + 1, maxD},
+		{maxD, maxD / 10, uint64(2 * (maxD / 10)), maxD},
+		{maxD, maxD - 1, 2*uint64(maxD) - 2, maxD},
+		{maxD / 2, maxD/2 - 1, 2*uint64(maxD/2) - 2, maxD - 2},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d±%d/draw=%d", tt.interval, tt.jitter, tt.draw), func(t *testing.T) {
+			h, err := New(rr.New(), Config{Interval: tt.interval, Jitter: tt.jitter, Rand: func() uint64 { return tt.draw }})
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, h.nextWait())
+		})
+	}
 }

@@ -3,6 +3,7 @@ package health_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -288,4 +289,26 @@ func blackHole(b balancer.Balancer, bs []balancer.Backend, err error, apply func
 		}
 	}
 	return dead
+}
+
+// An ejection time too large to multiply is capped at MaxEjectionTime,
+// never wrapped round to a time in the past: "eject until the probes
+// bring it back" with a huge BaseEjectionTime.
+func TestHugeEjectionTimeSaturates(t *testing.T) {
+	for _, base := range []time.Duration{1 << 62, math.MaxInt64} {
+		t.Run(base.String(), func(t *testing.T) {
+			r := newRig(t, nil, health.Config{BaseEjectionTime: base}, 3)
+			for k := 1; k <= 3; k++ {
+				r.fail(0, 1, errRefused)
+				st := r.state(0)
+				require.Equal(t, health.Ejected, st.State, "ejection %d", k)
+				assert.Equal(t, r.clock.Now().Add(base), st.EjectedUntil, "ejection %d lasts MaxEjectionTime (= base)", k)
+				r.h.Apply()
+				assert.Equal(t, health.Ejected, r.state(0).State, "ejection %d still on", k)
+				r.probe(0, 2, nil) // Rise passing probes end it
+				require.Equal(t, health.Up, r.state(0).State)
+				r.clock.Advance(time.Second)
+			}
+		})
+	}
 }
