@@ -128,6 +128,9 @@ func TestHTTPServerFailsAndRecovers(t *testing.T) {
 	h, err := health.New(inner, health.Config{
 		Probe:    health.HTTP(health.HTTPCheck{Path: "/healthz", BodyContains: "ok"}),
 		Interval: 10 * time.Millisecond,
+		// Not the default min(1s, Interval): on a loaded machine a probe
+		// on loopback can take more than 10 ms, and would fail.
+		Timeout: time.Second,
 		OnChange: func(c health.Change) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -148,10 +151,12 @@ func TestHTTPServerFailsAndRecovers(t *testing.T) {
 	eventually(t, func() bool { return h.View().Backends[0].State == health.Down }, "never taken down")
 	assert.Equal(t, []string{bs[1].ID()}, inner.current())
 	mu.Lock()
-	// Fall failing probes were served before the change; a fourth may have
-	// been served by the time the applier reported it on a loaded machine.
+	// Fall failing probes were served before the change. More may have
+	// been by the time the applier reported it, a probe every 10 ms, on a
+	// loaded machine: no upper bound here (TestProbeFallAndRise holds the
+	// count exactly, in virtual time).
 	assert.GreaterOrEqual(t, downAt, int64(3))
-	assert.LessOrEqual(t, downAt, int64(4))
+	t.Logf("failing probes served when the change was reported: %d", downAt)
 	mu.Unlock()
 	require.ErrorIs(t, h.View().Backends[0].LastProbeErr, health.ErrProbe)
 
