@@ -3,6 +3,7 @@ package health_test
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -244,4 +245,90 @@ func TestInnerUpdateFailureInApply(t *testing.T) {
 	r.fail(1, 1, errRefused)
 	assert.NoError(t, r.h.View().InnerErr)
 	assert.Equal(t, r.without(0, 1), r.spy.current())
+}
+
+// An Update the inner picker refuses leaves every backend's state as it
+// was, however many backends the refused set would have removed: the next
+// Update of the same set finds every drain and ejection. (Health kept its state
+// in a balancer.Registry, whose Sync ran before the inner Update: the
+// refused set retired the 100 backends, the Registry evicted 36 of them,
+// and the rollback brought them back as new, Up.)
+func TestRefusedUpdateKeepsState(t *testing.T) {
+	r := newRig(t, nil, health.Config{}, 100)
+	r.fail(1, 1, errRefused)
+	for i := 2; i < 100; i++ {
+		require.NoError(t, r.h.Drain(r.bs[i].ID()))
+	}
+	before, set := r.h.View(), r.spy.current()
+	changes := len(r.rec.all())
+
+	boom := errors.New("inner: no")
+	r.spy.mu.Lock()
+	r.spy.failure = boom
+	r.spy.mu.Unlock()
+	require.ErrorIs(t, r.h.Update(balancer.Endpoints("x.test:1")), boom)
+	assert.Equal(t, before, r.h.View(), "the refused Update changed nothing")
+	assert.Equal(t, set, r.spy.current())
+	assert.Len(t, r.rec.all(), changes, "no change reported")
+
+	r.spy.mu.Lock()
+	r.spy.failure = nil
+	r.spy.mu.Unlock()
+	require.NoError(t, r.h.Update(r.bs))
+	v := r.h.View()
+	assert.Equal(t, health.Up, v.Backends[0].State)
+	assert.Equal(t, health.Ejected, v.Backends[1].State)
+	var lost []string
+	for _, st := range v.Backends[2:] {
+		if st.State != health.Draining {
+			lost = append(lost, st.ID)
+		}
+	}
+	assert.Empty(t, lost, "drained backends no longer drained")
+	assert.Equal(t, []string{r.bs[0].ID()}, r.spy.current())
+}
+
+// A refused Update ejects no backend that was waiting for a free slot,
+// though the larger set it brought would have had room: the cap is the
+// current set's until the inner picker takes the new one. Once it does,
+// Update applies the waiting ejection before it returns.
+func TestRefusedUpdateEjectsNothingWaiting(t *testing.T) {
+	r := newRig(t, nil, health.Config{}, 2) // cap: one of two
+	r.fail(0, 1, errRefused)
+	r.fail(1, 1, errRefused) // waits for a slot
+	require.Equal(t, health.Ejected, r.state(0).State)
+	require.Equal(t, health.Up, r.state(1).State)
+	before, set := r.h.View(), r.spy.current()
+	bigger := append(slices.Clone(r.bs), balancer.Endpoints(ids(10)[2:]...)...)
+
+	boom := errors.New("inner: no")
+	r.spy.mu.Lock()
+	r.spy.failure = boom
+	r.spy.mu.Unlock()
+	require.ErrorIs(t, r.h.Update(bigger), boom)
+	assert.Equal(t, before, r.h.View())
+	assert.Equal(t, set, r.spy.current())
+
+	r.spy.mu.Lock()
+	r.spy.failure = nil
+	r.spy.mu.Unlock()
+	require.NoError(t, r.h.Update(bigger))
+	assert.Equal(t, health.Ejected, r.state(1).State, "room in the set of 10: ejected by Update")
+	assert.Equal(t, ids(10)[2:], r.spy.current())
+}
+
+// Drain, Maintenance and Enable apply what is pending before they return,
+// even when the backend is already in the state asked for.
+func TestAdminAppliesPending(t *testing.T) {
+	for _, f := range []func(h *health.Balancer, id string) error{
+		(*health.Balancer).Enable, // b is up: no change of its own
+		(*health.Balancer).Drain,
+	} {
+		r := newRig(t, nil, health.Config{}, 3)
+		r.h.Done(r.bs[0], balancer.Result{Err: errRefused}) // pending, not applied
+		require.Equal(t, r.without(), r.spy.current())
+		require.NoError(t, f(r.h, r.bs[1].ID()))
+		assert.Equal(t, health.Ejected, r.state(0).State)
+		assert.NotContains(t, r.spy.current(), r.bs[0].ID())
+	}
 }

@@ -59,9 +59,10 @@
 // every backend not drained or in maintenance, so that traffic keeps
 // flowing to something rather than failing every request. View reports it.
 //
-// A backend's state is kept by ID across Update, and for a while after it
-// leaves the set, so a membership change or a flap does not forget an
-// ejection or a drain. New backends start up; with Config.InitialDown they
+// A backend's state is kept by ID across Update, and after it leaves the
+// set while fewer than max(n, 64) backends have left since, for a set of
+// n, so a membership change or a flap does not forget an ejection or a
+// drain. An Update the inner picker refuses changes nothing of it. New backends start up; with Config.InitialDown they
 // start down and wait for Rise passing probes.
 //
 // # Slow start
@@ -107,18 +108,36 @@
 //     does, in virtual time), or Start. Until then, an ejection asked for
 //     by Done is not applied.
 //
-// Update, Drain, Maintenance and Enable apply everything pending on the
-// caller's goroutine before they return. Config.OnChange is called for
-// each change, in order, with no lock held, on the goroutine that applied
-// it (or one applying concurrently); it may call any method but Close.
+// Update, Drain, Maintenance and Enable apply everything pending or due on
+// the caller's goroutine before they return, unless they refuse their
+// input (an invalid set, an ID not in the set); Update does so even when
+// the inner picker refuses the new set. Config.OnChange is called for each
+// change, in order, with no lock held, on the goroutine that applied it,
+// or on one already delivering changes, which delivers it before its own
+// call returns: once every call has returned, every change has been
+// delivered. OnChange may call any method but Close.
 //
 // # Determinism
 //
-// Driven through Observe and Apply with a Clock and a seeded Config.Rand,
-// a Balancer is deterministic: nothing depends on wall time, map order or
-// goroutine scheduling. Backends are visited in the order given to Update;
-// slow start draws from Config.Rand; jitter applies only to the probers
-// Start runs.
+// Driven from one goroutine through Update, Done, Observe, Apply and the
+// admin methods, with a Clock and a seeded Config.Rand, and without Start,
+// health's own decisions are deterministic: which backends are ejected,
+// down, ramping and handed to the inner picker, the changes OnChange sees
+// and their order depend on those calls alone, not on wall time, map order
+// or goroutine scheduling. Backends are visited in the order given to
+// Update; slow start draws from Config.Rand; jitter applies only to the
+// probers Start runs. Which removed backends keep their state is decided
+// by the sequence of sets too: the last max(n, 64) removed, for a set of
+// n, in the order Update was given them (health keeps its own record; it
+// does not use balancer.Registry, which retires in map order).
+//
+// What Pick returns is also the inner picker's choice, and as
+// deterministic as that picker: seed its randomness too. A picker that
+// keeps per-backend state in a balancer.Registry (leastconn, lrt, the
+// bounded-load ring) may, once more than max(n, 64) backends have left its
+// set, keep a different subset of their state from run to run. With
+// Start, the probers and the applier run on their own goroutines, and the
+// order in which their work interleaves with yours is the scheduler's.
 //
 // # Cost
 //

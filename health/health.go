@@ -44,13 +44,14 @@ type Balancer struct {
 
 	// Guarded by mu, which Update, Apply, View and the admin methods take.
 	mu        sync.Mutex
-	reg       balancer.Registry[node]
-	handed    []*node // what the inner picker was last given, in set order
-	handedNew bool    // handed changed since publish last built the ramp set
-	panicking bool    // handed is the fallback set
-	seeded    bool    // a non-empty set was given: later additions ramp up
-	gen       uint64  // counts Updates, to find removed nodes
-	innerErr  error   // the last inner Update made by Apply failed with it
+	known     map[string]*node // by ID: the set's nodes and the removed ones kept
+	removed   []*node          // the removed nodes kept, oldest removal first
+	handed    []*node          // what the inner picker was last given, in set order
+	handedNew bool             // handed changed since publish last built the ramp set
+	panicking bool             // handed is the fallback set
+	seeded    bool             // a non-empty set was given: later additions ramp up
+	gen       uint64           // counts Updates, to find removed nodes
+	innerErr  error            // the last inner Update made by Apply failed with it
 
 	// Guarded by qmu: changes waiting for OnChange.
 	qmu        sync.Mutex
@@ -75,12 +76,25 @@ var (
 const noDue = math.MaxInt64
 
 // set is an immutable published set: the backends in Update's order, their
-// nodes, and a lookup by ID that also finds recently removed ones.
+// nodes, and their nodes by ID.
 type set struct {
-	bs     []balancer.Backend
-	nodes  []*node
-	states balancer.States[node]
+	bs    []balancer.Backend
+	nodes []*node
+	byID  map[string]*node
 }
+
+// lookup returns b's node, or nil if b is nil or not in the set. It costs
+// one map read and allocates nothing.
+func (s *set) lookup(b balancer.Backend) *node {
+	if b == nil {
+		return nil
+	}
+	return s.byID[b.ID()]
+}
+
+// minKept is how many removed backends' nodes a Balancer keeps at least,
+// whatever the size of the set (balancer.Registry's rule).
+const minKept = 64
 
 // rampSet holds, for each backend ramping up, the threshold below which a
 // random 64-bit number accepts a pick of it: its factor times 2⁶⁴.
@@ -103,9 +117,9 @@ const (
 	streakMask = upBit - 1
 )
 
-// node is the health of one backend, kept by ID across updates (see
-// balancer.Registry). The zero node is a backend never seen; join sets it
-// up.
+// node is the health of one backend, kept by ID across updates and for a
+// while after its backend leaves the set (see keep). The zero node is a
+// backend never seen; join sets it up.
 type node struct {
 	// Atomic: written by Done, Observe and probers without a lock.
 	fails   atomic.Int64  // consecutive failed requests
@@ -203,6 +217,7 @@ func New(inner balancer.Balancer, cfg Config) (*Balancer, error) {
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.ctx.Done() // make its channel now, not in the applier
 	h.cur.Store(&set{})
+	h.known = make(map[string]*node)
 	h.due.Store(noDue)
 	lazyTimer := stoppedTimer() // only one lazy applier runs at a time
 	h.runLazy = func() { h.run(nil, false, lazyTimer) }
@@ -222,16 +237,21 @@ func isNilPointer(v any) bool {
 
 // Update replaces the set. It validates bs (see balancer.Validate) and on
 // error keeps the previous set. Backends that stay keep their health, and
-// so do backends that come back soon after leaving (their state is kept by
-// ID for a while, as balancer.Registry keeps it). New backends start up,
-// or down with Config.InitialDown; those added after the first non-empty
-// set ramp up under Config.SlowStart. Probing starts for new backends and
-// stops for removed ones.
+// so do backends that come back after leaving: the state of the last
+// max(n, 64) backends removed is kept by ID, for a set of n (which ones
+// depends only on the order of the sets given to Update). New backends
+// start up, or down with Config.InitialDown; those added after the first
+// non-empty set ramp up under Config.SlowStart. Probing starts for new
+// backends and stops for removed ones.
 //
-// Update hands the inner picker the eligible backends (the very values
-// given here), or, if none is eligible, every backend not drained or in
-// maintenance (panic mode). If the inner Update fails, the error is
-// returned and the previous set stays.
+// Update first applies what is pending or due, as Apply would, then hands
+// the inner picker the eligible backends of bs (the very values given
+// here), or, if none is eligible, every backend not drained or in
+// maintenance (panic mode). An ejection that waits for a free slot (see
+// Config.MaxEjectedPercent) is made under the new set's cap once the inner
+// picker has taken the set, before Update returns, at the cost of a second
+// inner Update. If the inner Update fails, the error is returned and the
+// previous set stays, with every backend's state as that Apply left it.
 //
 // Cost: O(n) and the inner Update, which is usually the larger part.
 func (h *Balancer) Update(bs []balancer.Backend) error {
@@ -240,7 +260,7 @@ func (h *Balancer) Update(bs []balancer.Backend) error {
 	h.mu.Lock()
 	s, err := balancer.NewSet(bs)
 	if err == nil {
-		err = h.update(s.Backends)
+		err = h.update(s.Backends, s.IDs)
 	} else {
 		err = fmt.Errorf("health: update: %w", err)
 	}
@@ -249,34 +269,41 @@ func (h *Balancer) Update(bs []balancer.Backend) error {
 	return err
 }
 
-func (h *Balancer) update(bs []balancer.Backend) error {
+func (h *Balancer) update(bs []balancer.Backend, ids []string) error {
 	now := h.s.clock.Now()
 	prev := h.cur.Load()
-	states := h.reg.Sync(bs)
+	// What is pending or due is applied to the current set, under its cap:
+	// if the inner picker refuses the new set, that is all that changed.
+	h.step(now, prev.nodes, true)
+	// Nothing is registered or retired until the inner picker takes the
+	// set: a node for a new ID is made here and kept only then.
 	nodes := make([]*node, len(bs))
+	byID := make(map[string]*node, len(bs))
 	for i, b := range bs {
-		n := states.At(i)
-		nodes[i] = n
+		id := ids[i]
+		n := h.known[id]
+		if n == nil {
+			n = new(node)
+		}
 		if n.flags.Load()&flagLive == 0 {
 			h.join(n, b, now)
 		}
-		n.be.Store(&backendRef{b})
+		nodes[i], byID[id] = n, n
 	}
-	h.step(now, nodes)
+	// The joining nodes catch up (an ejection that ended while they were
+	// away, a ramp). Ejections waiting for a slot wait for the new cap.
+	h.step(now, nodes, false)
 	tbs, tnodes, panicking := target(bs, nodes)
 	if err := h.inner.Update(tbs); err != nil {
-		// Put back what the inner picker still has. Transitions step made
-		// stand; pending makes the next Apply hand them over.
-		h.reg.Sync(prev.bs)
-		for i, n := range prev.nodes {
-			n.be.Store(&backendRef{prev.bs[i]})
-		}
-		h.pending.Store(true)
+		// The inner picker keeps its set; give it what the first step
+		// made of the current one, if that changed.
+		h.applyLocked(now)
 		return fmt.Errorf("health: update: %w", err)
 	}
 	h.gen++
-	for _, n := range nodes {
+	for i, n := range nodes {
 		n.mark = h.gen
+		n.be.Store(&backendRef{bs[i]})
 	}
 	for _, n := range prev.nodes {
 		if n.mark != h.gen {
@@ -286,16 +313,48 @@ func (h *Balancer) update(bs []balancer.Backend) error {
 			h.stopProber(n)
 		}
 	}
+	h.keep(prev.nodes, nodes)
 	for _, n := range nodes {
 		n.setFlag(flagLive, true)
 		h.startProber(n)
 	}
-	h.cur.Store(&set{bs: bs, nodes: nodes, states: states})
+	h.cur.Store(&set{bs: bs, nodes: nodes, byID: byID})
 	h.handed, h.panicking, h.innerErr = tnodes, panicking, nil
 	h.handedNew = true
 	h.seeded = h.seeded || len(bs) > 0
-	h.publish(now)
+	h.applyLocked(now) // ejections the new cap makes room for; publishes
 	return nil
+}
+
+// keep records the nodes of a set the inner picker has taken, and keeps
+// those of prev that left it, so that a backend coming back finds its
+// state: the last max(len(nodes), minKept) removed, in the order they
+// were removed (set order within one Update). Which nodes are kept
+// depends on nothing but the sequence of sets. h.mu must be held and
+// h.gen marks the new set's nodes.
+func (h *Balancer) keep(prev, nodes []*node) {
+	for _, n := range nodes {
+		h.known[n.id] = n
+	}
+	removed := make([]*node, 0, len(h.removed)+len(prev))
+	for _, n := range h.removed {
+		if n.mark != h.gen { // not back in the set
+			removed = append(removed, n)
+		}
+	}
+	for _, n := range prev {
+		if n.mark != h.gen {
+			removed = append(removed, n)
+		}
+	}
+	if drop := len(removed) - max(len(nodes), minKept); drop > 0 {
+		for _, n := range removed[:drop] {
+			delete(h.known, n.id)
+		}
+		clear(removed[:drop]) // the array must not keep them either
+		removed = removed[drop:]
+	}
+	h.removed = removed
 }
 
 // join sets up a node for a backend entering the set: new, or back after
@@ -439,7 +498,7 @@ func (h *Balancer) observeResult(b balancer.Backend, r balancer.Result) {
 		if h.failing.Load() == 0 {
 			return
 		}
-		if n := h.cur.Load().states.Lookup(b); n != nil {
+		if n := h.cur.Load().lookup(b); n != nil {
 			if n.fails.Load() != 0 {
 				h.resetFails(n)
 			}
@@ -449,7 +508,7 @@ func (h *Balancer) observeResult(b balancer.Backend, r balancer.Result) {
 		}
 		return
 	}
-	n := h.cur.Load().states.Lookup(b)
+	n := h.cur.Load().lookup(b)
 	if n == nil || n.flags.Load()&(flagLive|flagOut) != flagLive {
 		return // unknown, removed, or already out (in panic mode, say)
 	}
@@ -460,6 +519,15 @@ func (h *Balancer) observeResult(b balancer.Backend, r balancer.Result) {
 	c := n.fails.Add(1)
 	if c == 1 {
 		h.failing.Add(1)
+		// An Update may have removed n, or a step taken it out, since the
+		// check above, and reset its count before this one was added: undo
+		// it, or failing stays above zero for good. (A count above one
+		// means an earlier Done counted 1 after that reset, and will undo
+		// both.)
+		if n.flags.Load()&(flagLive|flagOut) != flagLive {
+			h.resetFails(n)
+			return
+		}
 	}
 	if (c < h.s.consecutive && reason != ReasonRefused) || n.want.Load() != 0 {
 		return
@@ -506,7 +574,7 @@ func (h *Balancer) request() {
 // The probers Start runs call the same code. The scenario simulator calls
 // Observe directly, with a virtual Clock and no Start.
 func (h *Balancer) Observe(id string, err error) {
-	n := h.cur.Load().states.LookupID(id)
+	n := h.cur.Load().byID[id]
 	if n == nil || n.flags.Load()&flagLive == 0 {
 		return
 	}
@@ -578,7 +646,7 @@ func (h *Balancer) Apply() {
 // changed. h.mu must be held.
 func (h *Balancer) applyLocked(now time.Time) {
 	cur := h.cur.Load()
-	h.step(now, cur.nodes)
+	h.step(now, cur.nodes, true)
 	if changed, panicking := h.targetChanged(cur.nodes); !changed {
 		h.panicking = panicking
 	} else {
@@ -594,10 +662,13 @@ func (h *Balancer) applyLocked(now time.Time) {
 }
 
 // step moves every node to its state at now: verdicts, ejections ending,
-// ejections asked for (up to the cap), and slow-start ramps. h.mu must be
+// ejections asked for (up to the cap of nodes, if eject), and slow-start
+// ramps. Without eject, ejections asked for stay pending. h.mu must be
 // held.
-func (h *Balancer) step(now time.Time, nodes []*node) {
-	h.pending.Store(false) // before reading: a later request is not lost
+func (h *Balancer) step(now time.Time, nodes []*node, eject bool) {
+	if eject {
+		h.pending.Store(false) // before reading: a later request is not lost
+	}
 	ejected := 0
 	for _, n := range nodes {
 		if n.admin != Maintenance {
@@ -629,7 +700,7 @@ func (h *Balancer) step(now time.Time, nodes []*node) {
 	for _, n := range nodes {
 		w := Reason(n.want.Load())
 		switch {
-		case w == 0:
+		case w == 0 || !eject:
 		case n.ejected || n.admin != Up || !n.up:
 			n.want.Store(0) // already out
 		case ejected < limit:
@@ -792,6 +863,10 @@ func (h *Balancer) deliverAll(q []Change) {
 // no new requests, those in flight finish, and its probes go on. Enable
 // brings it back. Drain returns an error wrapping ErrUnknownBackend if id
 // is not in the set. The state survives Update while the backend stays.
+//
+// Drain, Maintenance and Enable for a backend in the set apply everything
+// pending or due before they return, as Apply does, whether or not the
+// backend's own state changes.
 func (h *Balancer) Drain(id string) error { return h.setAdmin(id, Draining) }
 
 // Maintenance takes the backend out as Drain does and also pauses its
@@ -804,13 +879,13 @@ func (h *Balancer) Enable(id string) error { return h.setAdmin(id, Up) }
 
 func (h *Balancer) setAdmin(id string, a State) error {
 	h.mu.Lock()
-	n := h.cur.Load().states.LookupID(id)
-	if n == nil || n.flags.Load()&flagLive == 0 {
+	n := h.cur.Load().byID[id]
+	if n == nil {
 		h.mu.Unlock()
 		return fmt.Errorf("%w %q", ErrUnknownBackend, id)
 	}
+	now := h.s.clock.Now()
 	if n.admin != a {
-		now := h.s.clock.Now()
 		n.admin = a
 		n.setFlag(flagMaint, a == Maintenance)
 		if a == Maintenance {
@@ -819,8 +894,8 @@ func (h *Balancer) setAdmin(id string, a State) error {
 			h.startProber(n)
 		}
 		h.note(n, now, ReasonAdmin, nil, time.Time{})
-		h.applyLocked(now)
 	}
+	h.applyLocked(now) // what is pending or due, whether or not n changed
 	h.mu.Unlock()
 	h.deliver()
 	return nil

@@ -3,6 +3,8 @@ package health
 import (
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,4 +101,47 @@ func TestNextWaitSaturates(t *testing.T) {
 			assert.Equal(t, tt.want, h.nextWait())
 		})
 	}
+}
+
+// A failure reported by a Done that races with the Update removing its
+// backend leaves no failure counted on the removed node: once every
+// backend has been removed, no backend has a failure counted, and Done's
+// fast path for successes (failing == 0) is back. Before Done checked
+// again after counting, a Done that had seen the backend live just before
+// the removal left failing above zero for good.
+func TestFailingCountSurvivesRemoval(t *testing.T) {
+	h, err := New(rr.New(), Config{Clock: &stillClock{}, ConsecutiveFailures: 1 << 30})
+	require.NoError(t, err)
+	// Every Update replaces the set with backends never seen, so that no
+	// removed backend comes back (which would reset its count).
+	var cur atomic.Pointer[[]balancer.Backend]
+	next := func(i int) []balancer.Backend {
+		return balancer.Endpoints(fmt.Sprintf("a%d.test:1", i), fmt.Sprintf("b%d.test:1", i))
+	}
+	bs := next(0)
+	require.NoError(t, h.Update(bs))
+	cur.Store(&bs)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				h.Done((*cur.Load())[g], balancer.Result{Err: balancer.ErrNoBackend})
+			}
+		})
+	}
+	for i := 1; i <= 20000; i++ {
+		bs := next(i)
+		require.NoError(t, h.Update(bs))
+		cur.Store(&bs)
+	}
+	close(stop)
+	wg.Wait()
+	require.NoError(t, h.Update(nil))
+	assert.Zero(t, h.failing.Load())
 }

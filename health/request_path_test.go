@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -158,4 +159,34 @@ func TestOnChangeMayCallBack(t *testing.T) {
 	r.fail(0, 1, errRefused)
 	assert.Equal(t, []int{3, 3}, views)
 	assert.Equal(t, health.Draining, r.state(0).State)
+}
+
+// Which removed backends keep their state is decided by the sets given to
+// Update and nothing else: the most recently removed are kept, up to
+// max(n, 64) of them for a set of n, in the order Update was given them.
+// 100 drained backends, a set of one, then the 100 again: the 35 removed
+// first are new again, the last 64 still drained. (With
+// balancer.Registry, which retires in map order, the survivors changed
+// from run to run.)
+func TestRemovedStateKeptInSetOrder(t *testing.T) {
+	run := func() []health.State {
+		r := newRig(t, nil, health.Config{}, 100)
+		for _, b := range r.bs {
+			require.NoError(t, r.h.Drain(b.ID()))
+		}
+		require.NoError(t, r.h.Update(r.bs[:1]))
+		require.NoError(t, r.h.Update(r.bs))
+		var states []health.State
+		for _, st := range r.h.View().Backends {
+			states = append(states, st.State)
+		}
+		return states
+	}
+	want := slices.Repeat([]health.State{health.Draining}, 100)
+	for i := 1; i <= 35; i++ {
+		want[i] = health.Up
+	}
+	for range 3 {
+		assert.Equal(t, want, run())
+	}
 }
