@@ -413,3 +413,52 @@ func TestLazyApplierStepsDown(t *testing.T) {
 func syscallECONNREFUSED() error { return errRefusedTarget }
 
 var errRefusedTarget = errors.Unwrap(errors.Unwrap(errRefused))
+
+// A ramp begun by Update or Enable runs to its end with the real clock,
+// with Start and without it: the applier is woken, or started lazily,
+// for the ramp's steps. (Without Start, only Done and Observe started the
+// lazy applier, and a ramp begun by Update or Enable stayed at its first
+// step for good.) Without Start, the lazy applier returns by itself once
+// the ramps have ended: synctest fails the test if it does not.
+func TestRampWithRealClock(t *testing.T) {
+	for _, start := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Start", false: "lazy"}[start], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h, err := health.New(rr.New(), health.Config{SlowStart: 10 * time.Second})
+				require.NoError(t, err)
+				if start {
+					require.NoError(t, h.Start(context.Background()))
+					defer h.Close()
+					synctest.Wait() // the applier waits, with nothing due
+				}
+				bs := balancer.Endpoints("a.test:1", "b.test:1", "c.test:1")
+				require.NoError(t, h.Update(bs[:2]))
+				require.NoError(t, h.Update(bs)) // c is added: it ramps
+				require.NoError(t, h.Drain("a.test:1"))
+				require.NoError(t, h.Enable("a.test:1")) // a returns: it ramps
+				ramps := func() []float64 {
+					var f []float64
+					for _, st := range h.View().Backends {
+						f = append(f, st.Ramp)
+					}
+					return f
+				}
+				assert.Equal(t, []float64{0.1, 1, 0.1}, ramps())
+				time.Sleep(5 * time.Second)
+				synctest.Wait()
+				r := ramps()
+				assert.InDelta(t, 0.55, r[0], 0.05, "halfway")
+				assert.InDelta(t, 0.55, r[2], 0.05, "halfway")
+				time.Sleep(5 * time.Second)
+				synctest.Wait()
+				assert.Equal(t, []float64{1, 1, 1}, ramps(), "the window has passed")
+				time.Sleep(2 * lazyLinger)
+				synctest.Wait()
+			})
+		})
+	}
+}
+
+// lazyLinger is how long the lazy applier waits with nothing to do before
+// it returns (health's unexported constant).
+const lazyLinger = time.Second

@@ -97,12 +97,14 @@
 //   - Start runs the applier (and the probers) until Close or until ctx is
 //     cancelled.
 //   - Without Start, with the real clock (Config.Clock nil): the first
-//     change Done or Observe asks for starts an applier lazily. It returns
-//     by itself once nothing has been pending or scheduled for a second
-//     (an ejection keeps it until the ejection ends); Close stops it and
-//     waits for it. So passive ejection works without Start, and a
-//     Balancer dropped without Close leaves no goroutine behind once its
-//     last ejection has ended.
+//     change Done or Observe asks for starts an applier lazily, and so
+//     does a timed transition that Update, Apply or an admin method
+//     schedules (a slow-start ramp, an ejection's end). It returns by
+//     itself once nothing has been pending or scheduled for a second (an
+//     ejection keeps it until the ejection ends, a ramp until it ends);
+//     Close stops it and waits for it. So passive ejection and slow start
+//     work without Start, and a Balancer dropped without Close leaves no
+//     goroutine behind once its last ejection and ramp have ended.
 //   - With a Clock of your own, nothing starts a goroutine: time is yours,
 //     and so is applying. Call Apply after events (the scenario simulator
 //     does, in virtual time), or Start. Until then, an ejection asked for
@@ -145,12 +147,15 @@
 // map read and a random number, and for a put-back pick an inner Done and
 // a second inner Pick. Done: the inner Done plus, while every backend is
 // succeeding, one atomic load; after failures, a map read by ID and a few
-// atomic operations. Neither takes a lock nor allocates; a Done that asks
-// for an ejection takes one uncontended per-backend mutex to keep the
-// error for OnChange. Update: O(n) plus the inner Update. Apply: two
-// atomic loads and a Clock reading when nothing is pending or due, else
-// O(n) (about 40 µs at 1024 backends, see BenchmarkApply) plus the inner
-// Update if the eligible set changed.
+// atomic operations. Neither allocates. Pick takes no lock; nor does Done,
+// but for the one that asks for an ejection: it takes one uncontended
+// per-backend mutex to keep the error for OnChange, and, without Start
+// and with the real clock, if no applier runs, the mutex that guards
+// Start and Close, to start the lazy one. Update: O(n) plus the inner
+// Update (a second one if an ejection that waited for a slot fits the new
+// set's cap). Apply: two atomic loads and a Clock reading when nothing is
+// pending or due, else O(n) (about 40 µs at 1024 backends, see
+// BenchmarkApply) plus the inner Update if the eligible set changed.
 //
 // # Measurements
 //

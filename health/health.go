@@ -18,11 +18,14 @@ import (
 // with New; the zero value is not ready.
 //
 // Pick, Done, Observe, Apply, Update, View and the admin methods are safe
-// for concurrent use. Pick takes no lock and allocates nothing; Done
-// allocates nothing and takes no lock unless the result changes a
-// backend's state, and even then never runs the inner Update itself.
-// Update, Apply, View and the admin methods serialise on a mutex that Pick
-// and Done never take. A Balancer must not be copied.
+// for concurrent use. Pick takes no lock and allocates nothing. Done
+// allocates nothing and never runs the inner Update itself; it takes no
+// lock on its common path. A Done that asks for an ejection takes that
+// backend's own mutex, to keep the error for OnChange; without Start and
+// with the real clock, the one that finds no applier running also takes
+// the mutex that guards Start and Close, and starts the lazy applier (see
+// the package doc). Update, Apply, View and the admin methods serialise on
+// a mutex that Pick and Done never take. A Balancer must not be copied.
 type Balancer struct {
 	// Immutable after New.
 	inner balancer.Balancer
@@ -266,6 +269,7 @@ func (h *Balancer) Update(bs []balancer.Backend) error {
 	}
 	h.mu.Unlock()
 	h.deliver()
+	h.poke()
 	return err
 }
 
@@ -476,7 +480,10 @@ func (h *Balancer) rampPick(rs *rampSet, b balancer.Backend, req balancer.Reques
 // Cost, besides the inner Done: on a success while no backend has a
 // failure counted, one atomic load; otherwise a map read by ID and a few
 // atomic operations, and on a failure the walk of the error's chain. No
-// allocation, no lock.
+// allocation. No lock, but for the Done that asks for an ejection: it
+// takes b's error mutex, uncontended, and, if it must start the lazy
+// applier (no Start, real clock, none running), the mutex that guards
+// Start and Close, and starts a goroutine.
 func (h *Balancer) Done(b balancer.Backend, r balancer.Result) {
 	if h.s.passive {
 		h.observeResult(b, r)
@@ -546,9 +553,26 @@ func (h *Balancer) resetFails(n *node) {
 }
 
 // request marks a pending change and wakes the applier, starting one if
-// none runs and the real clock is in use. It never blocks.
+// none runs and the real clock is in use. It never blocks; it takes
+// h.life only to start an applier.
 func (h *Balancer) request() {
 	h.pending.Store(true)
+	h.wakeApplier()
+}
+
+// poke makes the applier see the time of the next timed transition, which
+// a method running on the caller's goroutine may have moved earlier: it
+// wakes the applier, or starts one lazily (as request does), if a
+// transition is due at all. It must be called with no lock held.
+func (h *Balancer) poke() {
+	if h.due.Load() != noDue {
+		h.wakeApplier()
+	}
+}
+
+// wakeApplier wakes the applier, and starts one if none runs, Start was
+// not called and the real clock is in use.
+func (h *Balancer) wakeApplier() {
 	select {
 	case h.wake <- struct{}{}:
 	default:
@@ -625,21 +649,34 @@ func (h *Balancer) observe(n *node, err error) {
 // and every timed transition due at the Clock's time (ejections ending,
 // slow-start steps), then calls the inner Update at most once, if the
 // eligible set changed. OnChange is called for each change before Apply
-// returns, unless another goroutine is delivering changes at the time.
+// returns, unless another goroutine is delivering changes at the time,
+// which then delivers them before its own call returns. If a timed
+// transition is then scheduled, Apply wakes the applier (or, without Start
+// and with the real clock, starts one), so that it is applied on time.
 //
 // When nothing is pending or due, Apply costs two atomic loads and a
-// reading of the Clock. The applier goroutine (see Start) calls it too.
+// reading of the Clock. The applier goroutine (see Start) does the same
+// work.
 func (h *Balancer) Apply() {
+	if h.apply() {
+		h.poke()
+	}
+}
+
+// apply is Apply without waking the applier, for the applier itself. It
+// reports whether it applied anything.
+func (h *Balancer) apply() bool {
 	if !h.pending.Load() {
 		d := h.due.Load()
 		if d == noDue || int64(h.s.clock.Now().Sub(h.epoch)) < d {
-			return
+			return false
 		}
 	}
 	h.mu.Lock()
 	h.applyLocked(h.s.clock.Now())
 	h.mu.Unlock()
 	h.deliver()
+	return true
 }
 
 // applyLocked steps every node and hands the inner picker the result if it
@@ -898,6 +935,7 @@ func (h *Balancer) setAdmin(id string, a State) error {
 	h.applyLocked(now) // what is pending or due, whether or not n changed
 	h.mu.Unlock()
 	h.deliver()
+	h.poke()
 	return nil
 }
 
@@ -993,7 +1031,7 @@ const lazyLinger = time.Second
 func (h *Balancer) run(stop <-chan struct{}, persistent bool, t *time.Timer) {
 	defer h.routines.Done()
 	for {
-		h.Apply()
+		h.apply()
 		var tick <-chan time.Time
 		idle := false
 		if d := h.due.Load(); d != noDue {
@@ -1014,15 +1052,22 @@ func (h *Balancer) run(stop <-chan struct{}, persistent bool, t *time.Timer) {
 		case <-h.wake:
 			t.Stop()
 		case <-tick:
-			if idle && !h.pending.Load() {
-				// Step down, unless a request slips in meanwhile.
+			if idle && !h.busy() {
+				// Step down, unless a request or a due time slips in
+				// meanwhile: request and poke set theirs before they
+				// look at lazy.
 				h.lazy.Store(false)
-				if !h.pending.Load() || !h.lazy.CompareAndSwap(false, true) {
+				if !h.busy() || !h.lazy.CompareAndSwap(false, true) {
 					return
 				}
 			}
 		}
 	}
+}
+
+// busy reports whether a change is pending or a timed transition due.
+func (h *Balancer) busy() bool {
+	return h.pending.Load() || h.due.Load() != noDue
 }
 
 // startProber starts probing n if probing is configured, Start was called,
