@@ -203,8 +203,10 @@ func TestRetryRules(t *testing.T) {
 			require.NoError(t, rec.Update(balancer.Endpoints("a:1", "b:1", "c:1", "d:1")))
 			var bodies []string
 			var hosts []string
+			var errs []error // each attempt's own error, wrapping tt.err
 			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 				hosts = append(hosts, r.URL.Host)
+				errs = append(errs, fmt.Errorf("attempt %d: %w", len(errs), tt.err))
 				if r.Body != nil {
 					if errors.Is(tt.err, syscall.ECONNREFUSED) {
 						// A refused dial reads nothing; it closes the body.
@@ -216,7 +218,7 @@ func TestRetryRules(t *testing.T) {
 						_ = r.Body.Close()
 					}
 				}
-				return nil, tt.err
+				return nil, errs[len(errs)-1]
 			})
 			tr := newTestTransport(t, rec, lbhttp.Config{Base: base})
 			var req *http.Request
@@ -236,8 +238,8 @@ func TestRetryRules(t *testing.T) {
 			}
 			resp, err := tr.RoundTrip(req)
 			require.Nil(t, resp)
-			require.ErrorIs(t, err, tt.err, "the client sees the last attempt's error")
-			assert.Len(t, hosts, tt.attempts, "attempts: %v", hosts)
+			require.Len(t, hosts, tt.attempts, "attempts: %v", hosts)
+			assert.Same(t, errs[len(errs)-1], err, "the client sees the last attempt's error")
 			for i := 1; i < len(hosts); i++ {
 				assert.NotEqual(t, hosts[i-1], hosts[i], "a retry goes to another backend")
 			}
@@ -253,8 +255,9 @@ func TestRetryRules(t *testing.T) {
 			}
 			rec.waitDone(t)
 			picks, _ := rec.snapshot()
-			for _, p := range picks {
-				assert.ErrorIs(t, p.result().Err, tt.err)
+			require.Len(t, picks, len(errs))
+			for i, p := range picks {
+				assert.Same(t, errs[i], p.result().Err, "attempt %d's own error", i)
 			}
 		})
 	}
