@@ -34,10 +34,26 @@
 //   - When: when the response body ends, not when the headers arrive, so
 //     that a slow or streamed body still counts as in flight. That is at
 //     EOF, at a read error, or at Close, whichever comes first; for an
-//     attempt that got no response, at once. The latency is from sending
-//     the request to that moment. A 101 Switching Protocols (WebSocket)
-//     body reports at Close, with Result{}: a session's length is no
-//     latency.
+//     attempt that got no response, at once. A response without a body
+//     (http.NoBody, as http.Transport returns for HEAD, 204, 304 and
+//     Content-Length: 0; or any HEAD, 204 or 304 answer) reports when
+//     RoundTrip returns, as Classify judges it, so closing it unread is
+//     not abandoning it. The latency is from sending the request to that
+//     moment. A 101 Switching Protocols (WebSocket) body reports at Close,
+//     with Result{}: a session's length is no latency. Behind NewProxy
+//     the end of the incoming request also closes it, which covers a
+//     client connection ReverseProxy cannot hijack (a ResponseWriter
+//     wrapper without Hijack or Unwrap): ReverseProxy answers 502 and
+//     drops the body unclosed.
+//   - A 101 that ReverseProxy would not carry is a failed attempt: one to
+//     a protocol the request did not ask for in Upgrade (or to any, when
+//     it asked for none; RFC 9110 section 7.8), a protocol name that is
+//     not printable ASCII, or a body that cannot be written. Its body is
+//     closed, Done reports the error and the retry rules below apply.
+//   - A panic in the base transport or in Config.Classify still gives the
+//     pick its Done, with an error wrapping balancer.ErrAbandoned (a bug
+//     in the program says nothing of the backend), and closes the
+//     response body; the panic then goes on.
 //   - What counts as an error: no response (a refused or broken
 //     connection, a timeout), a body that breaks off, and a response that
 //     Config.Classify calls a failure: by default any 5xx (a

@@ -22,7 +22,12 @@ import (
 //     and it sets the outgoing Host header to the backend's address, as
 //     ProxyRequest.SetURL does.
 //   - Transport is NewTransport(p, cfg): picks, retries, and Done when the
-//     body has been copied to the client.
+//     body has been copied to the client. One difference: the body of a
+//     101 Switching Protocols response is also closed when the incoming
+//     request's context ends, as ReverseProxy itself does once it has
+//     hijacked the client's connection, so that a session it cannot
+//     hijack (it answers 502) still closes the backend's connection and
+//     gets its Done.
 //   - ErrorHandler is ErrorHandler(cfg.ErrorLog): 503 when there is no
 //     backend, 504 on a timeout, 502 otherwise.
 //
@@ -52,6 +57,7 @@ func NewProxy(p balancer.Picker, cfg Config) (*httputil.ReverseProxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.proxied = true
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = scheme

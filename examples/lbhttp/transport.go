@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -136,6 +137,7 @@ type Transport struct {
 	key      KeyFunc
 	classify func(*http.Response) error
 	attempts int
+	proxied  bool // made by NewProxy: an upgraded body closes when the request's context ends
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -269,10 +271,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			a.req.Body = body
 		}
 
-		start := time.Now()
-		resp, err := t.base.RoundTrip(&a.req)
+		resp, err := t.try(ctx, b, a)
 		if err != nil {
-			t.feedback.Done(b, failure(ctx, err, time.Since(start)))
 			lastErr = err
 			if !t.retryable(err, idempotent, held) {
 				break
@@ -280,25 +280,150 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			avoid = b.ID()
 			continue
 		}
-		if resp.Body == nil {
-			// Not allowed by the RoundTripper contract, but cheap to survive.
-			t.feedback.Done(b, balancer.Result{Latency: time.Since(start), Err: t.classify(resp)})
-			return resp, nil
-		}
-		rb := &a.body.respBody
-		*rb = respBody{rc: resp.Body, t: t, b: b, ctx: ctx, start: start, fail: t.classify(resp)}
-		if _, ok := resp.Body.(io.Writer); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-			// An upgraded connection (WebSocket): ReverseProxy needs the
-			// body to be writable, and its lifetime is a session's, not a
-			// latency.
-			rb.upgraded = true
-			resp.Body = &a.body
-		} else {
-			resp.Body = rb
-		}
 		return resp, nil
 	}
 	return nil, lastErr
+}
+
+// try sends attempt a to backend b and arranges its Done: at once for an
+// attempt that gets no response, a 101 Switching Protocols it refuses, or
+// a response without a body; otherwise when the body it returns ends. An
+// error means the attempt failed and its Done is reported.
+func (t *Transport) try(ctx context.Context, b balancer.Backend, a *attempt) (*http.Response, error) {
+	start := time.Now()
+	resp, fail, err := t.send(b, &a.req)
+	if err != nil {
+		t.feedback.Done(b, failure(ctx, err, time.Since(start)))
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if err := checkUpgrade(&a.req, resp); err != nil {
+			// ReverseProxy would drop this response without closing
+			// it: its connection and its Done would be lost.
+			resp.Body.Close()
+			t.feedback.Done(b, balancer.Result{Latency: time.Since(start), Err: err})
+			return nil, err
+		}
+		// An upgraded connection (WebSocket): ReverseProxy needs the
+		// body to be writable, and its lifetime is a session's, not a
+		// latency: Result{} at Close.
+		u := &a.body
+		u.respBody = respBody{rc: resp.Body, t: t, b: b, ctx: ctx, upgraded: true}
+		if t.proxied {
+			// ReverseProxy returns without closing the body when the
+			// client's connection cannot be hijacked; the end of the
+			// incoming request closes it then.
+			u.stop = context.AfterFunc(ctx, func() { _ = u.shut() })
+		}
+		resp.Body = u
+		return resp, nil
+	}
+	if noBody(resp, a.req.Method) {
+		// Nothing more will come, and callers close such a body unread:
+		// the attempt is over.
+		t.feedback.Done(b, balancer.Result{Latency: time.Since(start), Err: fail})
+		return resp, nil
+	}
+	rb := &a.body.respBody
+	*rb = respBody{rc: resp.Body, t: t, b: b, ctx: ctx, start: start, fail: fail}
+	resp.Body = rb
+	return resp, nil
+}
+
+// errPanicked is the Result.Err of an attempt whose base transport or
+// Classify panicked. It wraps balancer.ErrAbandoned: a panic is a bug in
+// the program, not news of the backend, and counting it a failure would
+// let a Classify bug eject every backend.
+var errPanicked = fmt.Errorf("lbhttp: the base transport or Classify panicked: %w", balancer.ErrAbandoned)
+
+// errNoResponse is the error of an attempt whose base transport returned
+// neither a response nor an error, against the RoundTripper contract.
+var errNoResponse = errors.New("lbhttp: base RoundTrip returned no response and no error")
+
+// send runs the base transport and Classify for one attempt to b. If
+// either panics (or calls runtime.Goexit), send reports the attempt to the
+// feedback with errPanicked and closes the response body, if there is
+// one, before the panic goes on, so that the pick still gets its Done and
+// the connection is not left open. A nil Body is replaced by http.NoBody.
+func (t *Transport) send(b balancer.Backend, req *http.Request) (resp *http.Response, fail, err error) {
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		if resp != nil && resp.Body != nil {
+			resp.Body.Close()
+		}
+		t.feedback.Done(b, balancer.Result{Err: errPanicked})
+	}()
+	resp, err = t.base.RoundTrip(req)
+	switch {
+	case err != nil:
+		resp = nil
+	case resp == nil:
+		err = errNoResponse
+	default:
+		if resp.Body == nil {
+			resp.Body = http.NoBody // not allowed by the contract, but cheap to survive
+		}
+		fail = t.classify(resp)
+	}
+	finished = true
+	return resp, fail, err
+}
+
+// noBody reports whether resp, the answer to a request with method, has no
+// body to wait for: http.NoBody, which http.Transport returns for HEAD,
+// 204, 304 and Content-Length: 0, or a HEAD, 204 or 304 answer whatever
+// the base put in Body.
+func noBody(resp *http.Response, method string) bool {
+	return resp.Body == http.NoBody || method == http.MethodHead ||
+		resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
+}
+
+// checkUpgrade returns an error unless resp, a 101 Switching Protocols
+// answer to req, is one ReverseProxy carries: to the protocol req asked
+// for (compared without regard to case), named in printable ASCII, with a
+// body that can be written. RFC 9110 section 7.8: a server switches only
+// to a protocol the client listed.
+func checkUpgrade(req *http.Request, resp *http.Response) error {
+	asked, given := upgradeType(req.Header), upgradeType(resp.Header)
+	switch {
+	case asked == "":
+		return fmt.Errorf("lbhttp: backend switched protocols (to %q) when the request asked for no upgrade", given)
+	case !printable(asked) || !printable(given):
+		return fmt.Errorf("lbhttp: backend switched to protocol %q, not printable ASCII", given)
+	case !strings.EqualFold(asked, given):
+		return fmt.Errorf("lbhttp: backend switched to protocol %q when %q was requested", given, asked)
+	}
+	if _, ok := resp.Body.(io.Writer); !ok {
+		return errors.New("lbhttp: backend switched protocols with a response body that cannot be written")
+	}
+	return nil
+}
+
+// upgradeType returns the protocol h's Upgrade header names when its
+// Connection header lists "upgrade", and "" otherwise, as ReverseProxy
+// reads it.
+func upgradeType(h http.Header) string {
+	for _, v := range h["Connection"] {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.Trim(tok, " \t"), "upgrade") {
+				return h.Get("Upgrade")
+			}
+		}
+	}
+	return ""
+}
+
+// printable reports whether s is printable ASCII.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // CloseIdleConnections closes the base transport's idle connections, if
@@ -419,13 +544,33 @@ func (r *respBody) finish(err error) {
 }
 
 // upgradeBody is a respBody that can also be written to, for the body of
-// a 101 Switching Protocols response.
+// a 101 Switching Protocols response. It closes the base's body once,
+// whether the caller closes it or, behind NewProxy, the request's context
+// ends.
 type upgradeBody struct {
 	respBody
+	stop   func() bool // cancels the context.AfterFunc closing the body; nil if none
+	closed atomic.Bool
 }
 
 func (u *upgradeBody) Write(p []byte) (int, error) {
 	return u.rc.(io.Writer).Write(p)
+}
+
+func (u *upgradeBody) Close() error {
+	if u.stop != nil {
+		u.stop()
+	}
+	return u.shut()
+}
+
+// shut closes the body the first time only. It does not read stop, which
+// is written after the AfterFunc that calls shut is registered.
+func (u *upgradeBody) shut() error {
+	if !u.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return u.respBody.Close()
 }
 
 // heldBody is a request body the base transport may read but not close

@@ -160,6 +160,104 @@ func TestDoneWhenBodyEnds(t *testing.T) {
 	}
 }
 
+// TestNoBodyDoneAtOnce checks that a response that has no body (HEAD,
+// 204, 304, Content-Length: 0), which http.Transport returns with
+// http.NoBody and which callers close unread, is reported at once, when
+// RoundTrip returns, with its latency and Classify's verdict: a success or
+// a failure, never abandoned.
+func TestNoBodyDoneAtOnce(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/204":
+			w.WriteHeader(http.StatusNoContent)
+		case "/304":
+			w.WriteHeader(http.StatusNotModified)
+		case "/500":
+			w.WriteHeader(http.StatusInternalServerError)
+		case "/empty":
+			w.Header().Set("Content-Length", "0")
+		default:
+			_, _ = io.WriteString(w, "hello")
+		}
+	}))
+	defer srv.Close()
+	tests := []struct {
+		method, path string
+		status       int
+	}{
+		{"HEAD", "/", 200},
+		{"GET", "/204", 204},
+		{"GET", "/304", 304},
+		{"POST", "/empty", 200},
+		{"GET", "/500", 500},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			rec := newRecorder(&scripted{})
+			require.NoError(t, rec.Update(balancer.Endpoints(hostOf(srv))))
+			base := lbhttp.NewBase()
+			defer base.CloseIdleConnections()
+			client := &http.Client{Transport: newTestTransport(t, rec, lbhttp.Config{Base: base})}
+			req, err := http.NewRequest(tt.method, "http://svc"+tt.path, nil)
+			require.NoError(t, err)
+			resp, err := client.Do(req)
+			require.NoError(t, err)
+			require.Equal(t, tt.status, resp.StatusCode)
+			picks, _ := rec.snapshot()
+			require.Len(t, picks, 1)
+			assert.EqualValues(t, 1, picks[0].dones.Load(), "a response without a body is finished when it arrives")
+			_ = resp.Body.Close() // unread, as callers do
+			rec.waitDone(t)
+			r := picks[0].result()
+			assert.False(t, r.Abandoned(), "%+v", r)
+			assert.Positive(t, r.Latency)
+			if tt.status == 500 {
+				var se *lbhttp.StatusError
+				assert.ErrorAs(t, r.Err, &se)
+			} else {
+				assert.NoError(t, r.Err)
+			}
+		})
+	}
+}
+
+// TestPanicStillDone checks that a panic in the base transport or in
+// Classify still gives the pick its Done (abandoned: nothing is known of
+// the backend), closes the response body, and goes on to the caller
+// unchanged.
+func TestPanicStillDone(t *testing.T) {
+	tests := []struct {
+		name     string
+		body     bool // the base returns a response
+		classify func(*http.Response) error
+	}{
+		{name: "base panics"},
+		{name: "Classify panics", body: true, classify: func(*http.Response) error { panic("boom") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := newRecorder(&scripted{})
+			require.NoError(t, rec.Update(balancer.Endpoints("a:1")))
+			body := &fakeBody{r: strings.NewReader("hello")}
+			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if !tt.body {
+					panic("boom")
+				}
+				return &http.Response{StatusCode: 200, Body: body, Request: r}, nil
+			})
+			tr := newTestTransport(t, rec, lbhttp.Config{Base: base, Classify: tt.classify})
+			assert.PanicsWithValue(t, "boom", func() { _, _ = tr.RoundTrip(get(t, "http://svc/")) })
+			rec.waitDone(t)
+			picks, _ := rec.snapshot()
+			r := picks[0].result()
+			assert.True(t, r.Abandoned(), "%+v", r)
+			if tt.body {
+				assert.True(t, body.closed.Load(), "the response body is closed")
+			}
+		})
+	}
+}
+
 // errRefused is what a dial to a closed port returns.
 func errRefused() error {
 	return &net.OpError{Op: "dial", Net: "tcp", Err: &net.OpError{Op: "connect", Err: syscall.ECONNREFUSED}}
@@ -424,10 +522,12 @@ func TestUpgrade(t *testing.T) {
 	require.NoError(t, rec.Update(balancer.Endpoints("a:1")))
 	conn := &rwc{}
 	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		return &http.Response{StatusCode: http.StatusSwitchingProtocols, Body: conn}, nil
+		return &http.Response{StatusCode: http.StatusSwitchingProtocols, Header: upgradeHeader("websocket"), Body: conn}, nil
 	})
 	tr := newTestTransport(t, rec, lbhttp.Config{Base: base})
-	resp, err := tr.RoundTrip(get(t, "http://svc/ws"))
+	req := get(t, "http://svc/ws")
+	req.Header = upgradeHeader("websocket")
+	resp, err := tr.RoundTrip(req)
 	require.NoError(t, err)
 	w, ok := resp.Body.(io.ReadWriteCloser)
 	require.True(t, ok, "101 body must be an io.ReadWriteCloser")
