@@ -70,11 +70,15 @@ type Refresher struct {
 	cfg      RefresherConfig
 	resolver Resolver
 
-	// Guarded by mu: the set last given to Update, and the goroutine's
-	// lifecycle. Update runs under mu so that two refreshes apply in
-	// order; no user callback does.
+	// Guarded by mu: the set last given to Update, the lookups' sequence
+	// numbers, and the goroutine's lifecycle. Update runs under mu, and
+	// only with the answer of a lookup newer than the last one applied, so
+	// that of two overlapping refreshes the one that started last wins,
+	// whichever finishes last; no user callback runs under mu.
 	mu      sync.Mutex
 	current []string
+	issued  uint64 // lookups started
+	applied uint64 // the number of the newest lookup whose answer is current
 	started bool
 	closed  bool
 	cancel  context.CancelFunc // ends the goroutine's context
@@ -121,7 +125,17 @@ func NewRefresher(u balancer.Updater, cfg RefresherConfig) (*Refresher, error) {
 // Refresh resolves the name once and Updates the picker if the set of
 // addresses changed. On a lookup error, an empty answer or an Update
 // error it returns the error and the picker keeps its previous set.
+//
+// Refreshes may overlap (the goroutine's and a caller's): the lookup runs
+// unlocked, so a Close or another Refresh never waits for it. An answer
+// is dropped, and Refresh returns nil, if a lookup started after its own
+// has already been applied (even one that found the set unchanged): an
+// older answer never replaces a newer one.
 func (r *Refresher) Refresh(ctx context.Context) error {
+	r.mu.Lock()
+	r.issued++
+	seq := r.issued
+	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	addrs, err := r.resolver.LookupNetIP(ctx, r.cfg.Network, r.cfg.Host)
@@ -143,13 +157,16 @@ func (r *Refresher) Refresh(ctx context.Context) error {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if slices.Equal(ids, r.current) {
-		return nil
+	if seq < r.applied {
+		return nil // a newer answer is in use
 	}
-	if err := r.u.Update(balancer.Endpoints(ids...)); err != nil {
-		return fmt.Errorf("lbhttp: refresher: updating with %d addresses of %q: %w", len(ids), r.cfg.Host, err)
+	if !slices.Equal(ids, r.current) {
+		if err := r.u.Update(balancer.Endpoints(ids...)); err != nil {
+			return fmt.Errorf("lbhttp: refresher: updating with %d addresses of %q: %w", len(ids), r.cfg.Host, err)
+		}
+		r.current = ids
 	}
-	r.current = ids
+	r.applied = seq
 	return nil
 }
 

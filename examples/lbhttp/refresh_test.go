@@ -29,7 +29,8 @@ type fakeResolver struct {
 type answer struct {
 	addrs []string
 	err   error
-	block bool // wait for the context to end
+	block bool          // wait for the context to end
+	wait  chan struct{} // if set, wait for it to close before answering
 }
 
 func (f *fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
@@ -41,6 +42,9 @@ func (f *fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([
 	if a.block {
 		<-ctx.Done()
 		return nil, ctx.Err()
+	}
+	if a.wait != nil {
+		<-a.wait
 	}
 	if a.err != nil {
 		return nil, a.err
@@ -117,6 +121,59 @@ func TestRefresh(t *testing.T) {
 		{"10.0.0.3:8080", "10.0.0.4:8080", "[2001:db8::3]:8080"},
 	}, p.all())
 	assert.Equal(t, "ip api.internal", res.hosts[0])
+}
+
+// TestRefreshOverlap runs two Refreshes at once: the older lookup is held
+// until the newer one has finished. The newer answer must stay, even when
+// it changed nothing; the older applies only when the newer lookup failed.
+func TestRefreshOverlap(t *testing.T) {
+	errDNS := errors.New("SERVFAIL")
+	tests := []struct {
+		name    string
+		initial []string // a first Refresh's answer, before the overlap
+		newer   answer
+		addrs   []string   // the set at the end
+		updates [][]string // every Update, the initial one included
+	}{
+		{"newer changed the set", nil, answer{addrs: []string{"10.0.0.2"}},
+			[]string{"10.0.0.2:80"}, [][]string{{"10.0.0.2:80"}}},
+		{"newer confirmed the set", []string{"10.0.0.2"}, answer{addrs: []string{"10.0.0.2"}},
+			[]string{"10.0.0.2:80"}, [][]string{{"10.0.0.2:80"}}},
+		{"newer failed", nil, answer{err: errDNS},
+			[]string{"10.0.0.1:80"}, [][]string{{"10.0.0.1:80"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				var answers []answer
+				if tt.initial != nil {
+					answers = append(answers, answer{addrs: tt.initial})
+				}
+				answers = append(answers, answer{addrs: []string{"10.0.0.1"}, wait: release}, tt.newer)
+				res := &fakeResolver{answers: answers}
+				p := &updateCounter{Picker: rr.New()}
+				r, err := lbhttp.NewRefresher(p, lbhttp.RefresherConfig{Host: "h", Port: 80, Resolver: res})
+				require.NoError(t, err)
+				if tt.initial != nil {
+					require.NoError(t, r.Refresh(t.Context()))
+				}
+				older := make(chan error, 1)
+				go func() { older <- r.Refresh(t.Context()) }()
+				synctest.Wait() // the older lookup is held
+				newerErr := r.Refresh(t.Context())
+				close(release)
+				require.NoError(t, <-older, "a superseded answer is no error")
+				if tt.newer.err != nil {
+					require.ErrorIs(t, newerErr, tt.newer.err)
+				} else {
+					require.NoError(t, newerErr)
+				}
+				assert.Equal(t, tt.addrs, r.Addrs())
+				assert.Equal(t, tt.updates, p.all())
+			})
+		})
+	}
 }
 
 // TestRefreshUpdateError checks that a picker refusing the set leaves the
