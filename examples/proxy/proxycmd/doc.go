@@ -52,7 +52,9 @@
 //     ExitError. When the context ends (Main: SIGINT or SIGTERM), or one
 //     server stops on its own, every server stops taking connections and
 //     requests in flight get up to ShutdownGrace to finish; then the health
-//     checks and the DNS refresher stop, and Serve returns.
+//     checks and the DNS refresher stop, and Serve returns. They run on
+//     through the drain, so a backend that dies meanwhile is still
+//     ejected.
 //
 // Config is plain data: a program may build one itself, or change the one
 // Parse returns, before calling Start or Serve.

@@ -140,7 +140,8 @@ func (p *Proxy) Wait() error {
 // logs where, and returns while they serve in the background. When ctx
 // ends, or one server stops on its own, every server stops taking
 // connections, requests in flight get up to ShutdownGrace to finish, and
-// the health checks and the DNS refresher stop; then Done is closed.
+// then the health checks and the DNS refresher, which run on through the
+// drain, stop; then Done is closed.
 //
 // Start logs backend state changes, DNS failures and the proxy's errors
 // (lbhttp.Config.ErrorLog) on log; nil means slog.Default(). If anything
@@ -155,6 +156,11 @@ func Start(ctx context.Context, c Config, log *slog.Logger, o Options) (p *Proxy
 		return nil, errors.New("proxycmd: Config.Algorithm has no New")
 	}
 	var cleanups []func() // what to stop, in the order it started
+	// The health checks and the DNS refresher outlive ctx: they stop only
+	// once the requests in flight have drained (serveAll has returned),
+	// so that a draining proxy still ejects a backend that dies.
+	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	cleanups = append(cleanups, stopBg)
 	cleanup := func() {
 		for _, f := range slices.Backward(cleanups) {
 			f()
@@ -202,13 +208,13 @@ func Start(ctx context.Context, c Config, log *slog.Logger, o Options) (p *Proxy
 			return nil, err
 		}
 	} else {
-		r, err := startRefresher(ctx, c, lb, log)
+		r, err := startRefresher(ctx, bg, c, lb, log)
 		if err != nil {
 			return nil, err
 		}
 		cleanups = append(cleanups, func() { r.Close() })
 	}
-	if err := h.Start(ctx); err != nil {
+	if err := h.Start(bg); err != nil {
 		return nil, err
 	}
 
@@ -247,10 +253,10 @@ func Start(ctx context.Context, c Config, log *slog.Logger, o Options) (p *Proxy
 	return p, nil
 }
 
-// startRefresher gives lb the addresses of c.DNSHost, failing fast on a
-// name that does not resolve at all, and keeps them up to date until the
-// returned Refresher is closed.
-func startRefresher(ctx context.Context, c Config, lb balancer.Updater, log *slog.Logger) (*lbhttp.Refresher, error) {
+// startRefresher gives lb the addresses of c.DNSHost, failing fast (or
+// when ctx ends) on a name that does not resolve at all, and keeps them up
+// to date until bg ends or the returned Refresher is closed.
+func startRefresher(ctx, bg context.Context, c Config, lb balancer.Updater, log *slog.Logger) (*lbhttp.Refresher, error) {
 	r, err := lbhttp.NewRefresher(lb, lbhttp.RefresherConfig{
 		Host: c.DNSHost, Port: c.DNSPort, Interval: c.DNSInterval,
 		OnError: func(err error) { log.Warn("dns refresh failed; the previous set stays", "err", err) },
@@ -261,7 +267,7 @@ func startRefresher(ctx context.Context, c Config, lb balancer.Updater, log *slo
 	if err := r.Refresh(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.Start(ctx); err != nil {
+	if err := r.Start(bg); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -307,3 +307,80 @@ func noGoroutineLeft(t *testing.T, before int) {
 		}
 	}
 }
+
+// TestChecksRunDuringDrain checks that the health checks go on while the
+// requests in flight drain after the context ends (a draining proxy must
+// still eject a backend that dies), until the proxy stops.
+func TestChecksRunDuringDrain(t *testing.T) {
+	var probes atomic.Int32
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			probes.Add(1)
+			return
+		}
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		io.WriteString(w, "slow")
+	}))
+	defer b.Close()
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	c, err := NewFlags("p").Parse([]string{"-listen", "127.0.0.1:0", "-backends", hostOf(b),
+		"-health-path", "/healthz", "-health-interval", "10ms"}, io.Discard)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	p, err := Start(ctx, c, slog.New(slog.NewTextHandler(t.Output(), nil)), Options{})
+	require.NoError(t, err)
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	answer := make(chan string, 1)
+	go func() {
+		resp, err := client.Get("http://" + p.Addrs[0] + "/slow")
+		if err != nil {
+			answer <- err.Error()
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answer <- string(body)
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not reach the backend")
+	}
+
+	cancel() // the drain begins; the request is still in flight
+	atCancel := probes.Load()
+	deadline := time.Now().Add(5 * time.Second)
+	for probes.Load() < atCancel+5 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.GreaterOrEqual(t, probes.Load(), atCancel+5, "probes during the drain (%d at its start)", atCancel)
+	select {
+	case <-p.Done():
+		t.Fatal("the proxy stopped with a request in flight")
+	default:
+	}
+
+	close(release)
+	released = true
+	assert.Equal(t, "slow", <-answer, "the request in flight finished")
+	select {
+	case <-p.Done():
+		require.NoError(t, p.Wait())
+	case <-time.After(15 * time.Second):
+		t.Fatal("the proxy did not stop once the drain ended")
+	}
+}
