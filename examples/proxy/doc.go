@@ -13,7 +13,8 @@
 //
 //	-listen addr            where to serve (default 127.0.0.1:8080)
 //	-backends list          host:port[=weight],... a static set
-//	-dns host:port          resolve host every -dns-interval instead (default 30s)
+//	-dns host:port          resolve host every -dns-interval instead (default 30s,
+//	                        at least 1s)
 //	-algo name              a name of bench.Algorithms(): rr, wrr, leastconn,
 //	                        leastconn-p2c, iphash, ring, ring-bounded, maglev,
 //	                        lrt, lrt-naive

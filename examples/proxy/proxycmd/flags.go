@@ -21,6 +21,12 @@ import (
 // so that nothing is exposed by surprise.
 const DefaultListen = "127.0.0.1:8080"
 
+// MinDNSInterval is the shortest -dns-interval Parse accepts. Each lookup
+// is bounded by the shorter of lbhttp.DefaultRefreshTimeout and the
+// interval, so a much shorter interval would time lookups out and query
+// the resolver back to back.
+const MinDNSInterval = time.Second
+
 // Config is a parsed command line: what Serve builds and serves.
 type Config struct {
 	// Listen is the address the proxy serves on (-listen).
@@ -29,8 +35,9 @@ type Config struct {
 	// is "host:port", with their weights. Nil when DNSHost is set.
 	Backends []balancer.Backend
 	// DNSHost is the name resolved for the backends (-dns), every
-	// DNSInterval (-dns-interval); each address serves on DNSPort. Empty
-	// with -backends.
+	// DNSInterval (-dns-interval, at least MinDNSInterval), each lookup
+	// bounded by the shorter of lbhttp.DefaultRefreshTimeout and
+	// DNSInterval; each address serves on DNSPort. Empty with -backends.
 	DNSHost     string
 	DNSPort     uint16
 	DNSInterval time.Duration
@@ -93,7 +100,7 @@ func NewFlags(name string) *Flags {
 	fs.StringVar(&f.c.Listen, "listen", DefaultListen, "`address` to serve the proxy on")
 	fs.StringVar(&f.backends, "backends", "", "static backends: `host:port[=weight],...`")
 	fs.StringVar(&f.dns, "dns", "", "resolve backends from DNS: `host:port` (instead of -backends)")
-	fs.DurationVar(&f.c.DNSInterval, "dns-interval", lbhttp.DefaultRefreshInterval, "time between DNS resolutions")
+	fs.DurationVar(&f.c.DNSInterval, "dns-interval", lbhttp.DefaultRefreshInterval, "time between DNS resolutions, at least "+MinDNSInterval.String())
 	fs.StringVar(&f.algo, "algo", "leastconn", "algorithm: "+strings.Join(algoNames(), ", "))
 	fs.StringVar(&f.c.Key, "key", "ip", "affinity key: ip, header:NAME or cookie:NAME")
 	fs.StringVar(&f.trusted, "trusted-proxies", "", "`CIDRs` or addresses whose X-Forwarded-For is believed, comma-separated")
@@ -142,8 +149,8 @@ func (f *Flags) convert(c *Config) error {
 		if c.DNSHost, c.DNSPort, err = splitHostPort(f.dns); err != nil {
 			return fmt.Errorf("-dns: %w", err)
 		}
-		if c.DNSInterval <= 0 {
-			return fmt.Errorf("-dns-interval: %v is not positive", c.DNSInterval)
+		if c.DNSInterval < MinDNSInterval {
+			return fmt.Errorf("-dns-interval: %v is below the minimum of %v", c.DNSInterval, MinDNSInterval)
 		}
 	}
 

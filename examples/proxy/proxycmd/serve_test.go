@@ -36,6 +36,8 @@ func TestRun(t *testing.T) {
 	}{
 		{name: "bad flag", args: []string{"-backends", "a:1", "-max-attempts", "0"}, code: ExitUsage,
 			exact: "myproxy: -max-attempts: 0 is below 1\nRun myproxy -h for the flags.\n"},
+		{name: "dns interval too short", args: []string{"-dns", "localhost:9", "-dns-interval", "1ns"}, code: ExitUsage,
+			exact: "myproxy: -dns-interval: 1ns is below the minimum of 1s\nRun myproxy -h for the flags.\n"},
 		{name: "help", args: []string{"-h"}, code: ExitOK, want: []string{"Usage: myproxy", "-trusted-proxies"}},
 		{name: "options fail", args: []string{"-backends", "a:1"}, code: ExitError, want: []string{"level=ERROR", "myproxy: boom"},
 			options: func(func()) func(Config) (Options, error) {
