@@ -177,7 +177,15 @@ func (b *rawBackend) waitClosed(t *testing.T) {
 	assert.Equal(t, b.accepted.Load(), b.closed.Load(), "backend connections left open by the proxy")
 }
 
-const switchTo = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n"
+// switchingBackend starts a rawBackend answering 101 Switching Protocols
+// to protocol, and a recorder whose set is that backend.
+func switchingBackend(t *testing.T, protocol string) (*rawBackend, *recorder) {
+	t.Helper()
+	be := startRawBackend(t, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+protocol+"\r\n\r\n")
+	rec := newRecorder(&scripted{})
+	require.NoError(t, rec.Update(balancer.Endpoints(be.ln.Addr().String())))
+	return be, rec
+}
 
 // TestProxyUpgradeMismatch sends a plain GET through the real proxy to a
 // backend that answers 101 Switching Protocols to a protocol nobody asked
@@ -186,16 +194,10 @@ const switchTo = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpg
 // 502, every pick gets one Done, a failure, and the backend's connections
 // are closed.
 func TestProxyUpgradeMismatch(t *testing.T) {
-	be := startRawBackend(t, strings.Replace(switchTo, "%s", "evil", 1))
-	rec := newRecorder(&scripted{})
-	require.NoError(t, rec.Update(balancer.Endpoints(be.ln.Addr().String())))
+	be, rec := switchingBackend(t, "evil")
 	proxy := startProxy(t, rec, lbhttp.Config{})
 	for range 3 {
-		resp, err := http.Get(proxy.URL)
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
+		assert.Equal(t, http.StatusBadGateway, statusOf(t, get(t, proxy.URL)))
 	}
 	rec.waitDone(t)
 	picks, _ := rec.snapshot()
@@ -205,6 +207,17 @@ func TestProxyUpgradeMismatch(t *testing.T) {
 		assert.False(t, r.Abandoned())
 	}
 	be.waitClosed(t)
+}
+
+// statusOf sends req with http.DefaultClient, reads and closes the body,
+// and returns the status.
+func statusOf(t *testing.T, req *http.Request) int {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }
 
 // hideHijack hides the Hijacker of the ResponseWriter, as a middleware
@@ -221,9 +234,7 @@ func (h hideHijack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // end of the request's context must close it: one Done, Result{}, and the
 // backend's connection closed.
 func TestProxyUpgradeNoHijack(t *testing.T) {
-	be := startRawBackend(t, strings.Replace(switchTo, "%s", "websocket", 1))
-	rec := newRecorder(&scripted{})
-	require.NoError(t, rec.Update(balancer.Endpoints(be.ln.Addr().String())))
+	be, rec := switchingBackend(t, "websocket")
 	proxy, err := lbhttp.NewProxy(rec, lbhttp.Config{ErrorLog: testLog(t)})
 	require.NoError(t, err)
 	front := httptest.NewServer(hideHijack{proxy})
@@ -231,14 +242,9 @@ func TestProxyUpgradeNoHijack(t *testing.T) {
 		front.Close()
 		proxy.Transport.(*lbhttp.Transport).CloseIdleConnections()
 	})
-	req, err := http.NewRequest("GET", front.URL, nil)
-	require.NoError(t, err)
+	req := get(t, front.URL)
 	req.Header = upgradeHeader("websocket")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	assert.Equal(t, http.StatusBadGateway, statusOf(t, req))
 	rec.waitDone(t)
 	picks, _ := rec.snapshot()
 	require.Len(t, picks, 1)
@@ -250,9 +256,7 @@ func TestProxyUpgradeNoHijack(t *testing.T) {
 // the backend switches, echoes, and the session's end gives one Done,
 // Result{}, and closes the backend's connection.
 func TestProxyUpgrade(t *testing.T) {
-	be := startRawBackend(t, strings.Replace(switchTo, "%s", "websocket", 1))
-	rec := newRecorder(&scripted{})
-	require.NoError(t, rec.Update(balancer.Endpoints(be.ln.Addr().String())))
+	be, rec := switchingBackend(t, "websocket")
 	proxy := startProxy(t, rec, lbhttp.Config{})
 	c, err := net.DialTimeout("tcp", strings.TrimPrefix(proxy.URL, "http://"), 5*time.Second)
 	require.NoError(t, err)
