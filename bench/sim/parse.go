@@ -92,9 +92,12 @@ func parseBackend(item string) (Backend, error) {
 // ErrScenario.
 func ParseStages(spec string) (int, []Stage, error) {
 	items := strings.Split(spec, ",")
-	start := -1
+	start, given := 0, false
 	if n, err := strconv.Atoi(strings.TrimSpace(items[0])); err == nil {
-		start, items = n, items[1:]
+		if n < 0 {
+			return 0, nil, fmt.Errorf("%w: stages %q: negative number of users %d at time zero", ErrScenario, spec, n)
+		}
+		start, given, items = n, true, items[1:]
 	}
 	if len(items) == 0 {
 		return 0, nil, fmt.Errorf("%w: stages %q: no DURATION:TARGET stage", ErrScenario, spec)
@@ -115,7 +118,7 @@ func ParseStages(spec string) (int, []Stage, error) {
 		}
 		stages = append(stages, st)
 	}
-	if start < 0 {
+	if !given {
 		start = stages[0].Target
 	}
 	return start, stages, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"time"
 )
@@ -42,12 +43,12 @@ func (s *Scenario) UserChanges() iter.Seq[UserChange] {
 		for _, st := range s.Stages {
 			d, b := st.Duration, st.Target
 			for k := a; k < b; k++ {
-				if !yield(UserChange{At: t0 + d*time.Duration(k+1-a)/time.Duration(b-a), User: k, Join: true}) {
+				if !yield(UserChange{At: t0 + mulDiv(d, k+1-a, b-a), User: k, Join: true}) {
 					return
 				}
 			}
 			for k := a - 1; k >= b; k-- {
-				if !yield(UserChange{At: t0 + d*time.Duration(a-k)/time.Duration(a-b), User: k}) {
+				if !yield(UserChange{At: t0 + mulDiv(d, a-k, a-b), User: k}) {
 					return
 				}
 			}
@@ -57,16 +58,32 @@ func (s *Scenario) UserChanges() iter.Seq[UserChange] {
 	}
 }
 
-// FirstSend returns when user u, one of the Users present at time zero,
-// sends its first request: the first sends are spread evenly over one
-// Think time.
+// FirstSend returns when user u, one of the Users present at time zero
+// (0 ≤ u < Users), sends its first request: u·Think/Users, so that the
+// first sends are spread evenly over one Think time.
 func (s *Scenario) FirstSend(u int) time.Duration {
-	return time.Duration(int64(u) * int64(s.Think) / int64(s.Users))
+	if u <= 0 || s.Users <= 0 || s.Think <= 0 {
+		return 0
+	}
+	return mulDiv(s.Think, u, s.Users)
+}
+
+// mulDiv returns d·n/m, rounded down, without overflow in the product:
+// user u's first send and a ramp's join times multiply a time by up to
+// MaxUsers. d and n must not be negative and m must be positive; a
+// quotient too large for a Duration is the largest one.
+func mulDiv(d time.Duration, n, m int) time.Duration {
+	hi, lo := bits.Mul64(uint64(d), uint64(n))
+	if hi >= uint64(m) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(m))
+	return time.Duration(min(q, math.MaxInt64))
 }
 
 // ServiceTime draws one service time of b from r: Latency, or uniform in
 // [Latency−Jitter, Latency+Jitter], or lognormal of median Latency and
-// shape Sigma; at least a nanosecond.
+// shape Sigma, at least a nanosecond and at most MaxLength.
 func (b *Backend) ServiceTime(r *rand.Rand) time.Duration {
 	l := int64(b.Latency)
 	switch {
@@ -74,7 +91,8 @@ func (b *Backend) ServiceTime(r *rand.Rand) time.Duration {
 		j := int64(b.Jitter)
 		return time.Duration(l - j + r.Int64N(2*j+1))
 	case b.Sigma > 0:
-		return time.Duration(max(1, int64(float64(l)*math.Exp(b.Sigma*r.NormFloat64()))))
+		d := min(float64(l)*math.Exp(b.Sigma*r.NormFloat64()), float64(MaxLength))
+		return time.Duration(max(1, int64(d)))
 	}
 	return time.Duration(l)
 }

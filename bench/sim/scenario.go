@@ -31,6 +31,12 @@ const (
 	// MaxUsers bounds the virtual users of one scenario (memory grows with
 	// them).
 	MaxUsers = 1_000_000
+	// MaxLength bounds every time a scenario holds: its length (the sum
+	// of its stages), its think time and check interval, each backend's
+	// latency and the end of each outage. 10,000 hours is over a year,
+	// far beyond a useful run, and small enough that no time the
+	// simulator or a live run computes from them overflows.
+	MaxLength = 10_000 * time.Hour
 )
 
 // Scenario is the plain description of one experiment: the backends, the
@@ -290,7 +296,8 @@ func (s *Scenario) hasOutage() bool {
 	return false
 }
 
-// Length returns how long the scenario lasts: the sum of its stages.
+// Length returns how long the scenario lasts: the sum of its stages, at
+// most MaxLength in a scenario Validate accepts.
 func (s *Scenario) Length() time.Duration {
 	var d time.Duration
 	for _, st := range s.Stages {
@@ -368,6 +375,8 @@ func (s *Scenario) RunVariants() []Variant {
 }
 
 // Validate reports the first thing wrong with s, wrapping ErrScenario.
+// Besides what each field documents, every time s holds must be at most
+// MaxLength, and so must its length.
 func (s *Scenario) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrScenario, s.Name, fmt.Sprintf(format, args...))
@@ -381,6 +390,16 @@ func (s *Scenario) Validate() error {
 	if len(s.Stages) == 0 {
 		return bad("no stages: the scenario would last no time")
 	}
+	var length time.Duration
+	for i, st := range s.Stages {
+		if st.Duration <= 0 {
+			return bad("stage %d: duration %v is not positive", i+1, st.Duration)
+		}
+		if st.Duration > MaxLength-length { // length ≤ MaxLength: no overflow
+			return bad("stage %d: the scenario lasts more than %v (MaxLength)", i+1, MaxLength)
+		}
+		length += st.Duration
+	}
 	if s.Users < 0 {
 		return bad("negative users %d", s.Users)
 	}
@@ -391,25 +410,21 @@ func (s *Scenario) Validate() error {
 		return bad("%d users, more than %d", s.PeakUsers(), MaxUsers)
 	}
 	for i, st := range s.Stages {
-		if st.Duration <= 0 {
-			return bad("stage %d: duration %v is not positive", i+1, st.Duration)
-		}
 		if st.Target < 0 {
 			return bad("stage %d: negative target %d", i+1, st.Target)
 		}
 	}
-	if s.Think < 0 {
-		return bad("negative think time %v", s.Think)
+	if s.Think < 0 || s.Think > MaxLength {
+		return bad("think time %v outside [0, %v]", s.Think, MaxLength)
 	}
-	if s.CheckInterval < 0 || s.CheckInterval > 0 && s.CheckInterval < time.Millisecond {
-		return bad("check interval %v: want zero (the default) or at least 1ms", s.CheckInterval)
+	if s.CheckInterval < 0 || s.CheckInterval > 0 && s.CheckInterval < time.Millisecond || s.CheckInterval > MaxLength {
+		return bad("check interval %v: want zero (the default) or from 1ms to %v", s.CheckInterval, MaxLength)
 	}
 	for _, v := range s.Variants {
 		if v&^(Active|Passive|Retry) != 0 {
 			return bad("unknown variant %v", v)
 		}
 	}
-	length := s.Length()
 	ids := make(map[string]bool, len(s.Backends))
 	for i, b := range s.Backends {
 		if ids[s.ID(i)] {
@@ -425,8 +440,8 @@ func (s *Scenario) Validate() error {
 
 func (b *Backend) validate(length time.Duration) error {
 	switch {
-	case b.Latency <= 0:
-		return fmt.Errorf("latency %v is not positive", b.Latency)
+	case b.Latency <= 0 || b.Latency > MaxLength:
+		return fmt.Errorf("latency %v outside (0, %v]", b.Latency, MaxLength)
 	case b.Jitter < 0 || b.Jitter >= b.Latency:
 		return fmt.Errorf("jitter %v outside [0, latency)", b.Jitter)
 	case b.Sigma < 0 || math.IsNaN(b.Sigma) || b.Sigma > 4:
@@ -447,6 +462,8 @@ func (b *Backend) validate(length time.Duration) error {
 			return fmt.Errorf("outage at %v outside the scenario's %v", o.At, length)
 		case o.Until != 0 && o.Until <= o.At:
 			return fmt.Errorf("outage ends at %v, not after it starts at %v", o.Until, o.At)
+		case o.Until > MaxLength:
+			return fmt.Errorf("outage ends at %v, after %v (MaxLength); zero means never", o.Until, MaxLength)
 		case o.Until == 0 && i < len(b.Down)-1:
 			return fmt.Errorf("outage at %v never ends but another follows", o.At)
 		}
@@ -457,10 +474,18 @@ func (b *Backend) validate(length time.Duration) error {
 
 // Scale returns a copy of s whose stage durations and outage times are
 // multiplied by f (rounded to the millisecond, a stage lasting at least
-// one): -duration uses it to shorten or stretch a profile.
+// one; a time too large for a Duration becomes the largest one, which
+// Validate refuses): -duration uses it to shorten or stretch a profile.
 func (s Scenario) Scale(f float64) Scenario {
 	scale := func(d time.Duration) time.Duration {
-		return time.Duration(math.Round(float64(d)*f/1e6)) * time.Millisecond
+		ms := math.Round(float64(d) * f / 1e6)
+		switch {
+		case !(ms < math.MaxInt64/1e6): // or NaN
+			return math.MaxInt64
+		case ms <= math.MinInt64/1e6:
+			return math.MinInt64
+		}
+		return time.Duration(ms) * time.Millisecond
 	}
 	s.Stages = append([]Stage(nil), s.Stages...)
 	for i := range s.Stages {

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"bytes"
 	"math"
+	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -473,7 +474,7 @@ func TestParseStages(t *testing.T) {
 		assert.Equal(t, tc.users, users, tc.spec)
 		assert.Equal(t, tc.stages, stages, tc.spec)
 	}
-	for _, bad := range []string{"", "10", "3m", "x:10", "3m:x", "3m:10,", "10,20"} {
+	for _, bad := range []string{"", "10", "3m", "x:10", "3m:x", "3m:10,", "10,20", "-5,1s:10"} {
 		_, _, err := sim.ParseStages(bad)
 		assert.ErrorIs(t, err, sim.ErrScenario, "%q", bad)
 	}
@@ -578,4 +579,151 @@ func TestComparison(t *testing.T) {
 	rep.Reset()
 	require.NoError(t, other.WriteMarkdown(&rep))
 	assert.True(t, strings.HasPrefix(rep.String(), "Source: elsewhere.\n\n### failure"), rep.String())
+}
+
+// Validate bounds every time a scenario holds (MaxLength), so that no time
+// the simulator computes overflows, with a message that says which.
+func TestValidateLimits(t *testing.T) {
+	good := func() sim.Scenario { return scenario(t, "steady") }
+	for _, tc := range []struct {
+		name string
+		edit func(*sim.Scenario)
+		want string
+	}{
+		{"stage too long", func(s *sim.Scenario) { s.Stages[0].Duration = sim.MaxLength + 1 }, "lasts more than 10000h"},
+		{"stages too long together", func(s *sim.Scenario) {
+			s.Stages = []sim.Stage{{sim.MaxLength / 2, 10}, {sim.MaxLength / 2, 10}, {time.Second, 10}}
+		}, "lasts more than 10000h"},
+		{"stages that overflow", func(s *sim.Scenario) {
+			s.Stages = []sim.Stage{{2_000_000 * time.Hour, 10}, {2_000_000 * time.Hour, 10}}
+		}, "lasts more than 10000h"},
+		{"think too long", func(s *sim.Scenario) { s.Think = sim.MaxLength + 1 }, "think time"},
+		{"interval too long", func(s *sim.Scenario) { s.CheckInterval = sim.MaxLength + 1 }, "check interval"},
+		{"latency too long", func(s *sim.Scenario) { s.Backends[2].Latency = sim.MaxLength + 1 }, "latency"},
+		{"outage ends too late", func(s *sim.Scenario) {
+			s.Backends[2].Down = []sim.Outage{{At: time.Minute, Until: sim.MaxLength + 1}}
+		}, "outage ends"},
+		{"scale that overflows", func(s *sim.Scenario) { *s = s.Scale(1e15) }, "lasts more than 10000h"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := good()
+			tc.edit(&s)
+			err := s.Validate()
+			require.ErrorIs(t, err, sim.ErrScenario)
+			assert.Contains(t, err.Error(), tc.want)
+			_, err = sim.Simulate(s, sim.None, algo(t, "rr"), 1, 1)
+			require.ErrorIs(t, err, sim.ErrScenario)
+		})
+	}
+	s := good()
+	s.Stages[0].Duration, s.Think, s.CheckInterval = sim.MaxLength, sim.MaxLength, sim.MaxLength
+	s.Backends[3].Latency, s.Backends[3].Down = sim.MaxLength, []sim.Outage{{At: time.Minute, Until: sim.MaxLength}}
+	require.NoError(t, s.Validate(), "MaxLength itself is allowed")
+}
+
+// noPanic runs f and fails t, rather than the whole test binary, if it
+// panics.
+func noPanic(t *testing.T, f func()) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != nil {
+			t.Errorf("panic: %v", p)
+		}
+	}()
+	f()
+}
+
+// Scenarios that pass Validate run, whatever their values: user u's
+// first send, u·Think/Users, and a ramp's join times, d·k/n, are computed
+// without overflow (each once wrapped round to a negative time and the
+// simulator panicked), and a lognormal draw far above its median is
+// capped rather than wrapped round to a tiny one.
+func TestNoOverflow(t *testing.T) {
+	rr := algo(t, "rr")
+	t.Run("first sends", func(t *testing.T) {
+		// lbsim -scenarios steady -algos rr -think 3000h -users 1000
+		sc := scenario(t, "steady").ScaleUsers(1000)
+		sc.Think = 3000 * time.Hour
+		require.NoError(t, sc.Validate())
+		assert.Equal(t, 3*time.Hour, sc.FirstSend(1))
+		assert.Equal(t, 2997*time.Hour, sc.FirstSend(999))
+		noPanic(t, func() {
+			r, err := sim.Simulate(sc, sim.None, rr, 1, 1)
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), r.Requests, "only user 0 sends within 3 minutes")
+		})
+	})
+	t.Run("ramp", func(t *testing.T) {
+		sc := sim.Scenario{Name: "ramp", Backends: []sim.Backend{{Latency: 50 * time.Millisecond}},
+			Stages: []sim.Stage{{9000 * time.Hour, 10_000}}, Think: sim.MaxLength}
+		require.NoError(t, sc.Validate())
+		var last time.Duration
+		for c := range sc.UserChanges() {
+			require.GreaterOrEqual(t, c.At, last, "user %d", c.User)
+			last = c.At
+		}
+		assert.Equal(t, 9000*time.Hour, last)
+		noPanic(t, func() {
+			r, err := sim.Simulate(sc, sim.None, rr, 1, 1)
+			require.NoError(t, err)
+			assert.Equal(t, int64(9_999), r.Requests, "every user but the last, who joins at the end, sends once")
+		})
+	})
+	t.Run("lognormal", func(t *testing.T) {
+		b := sim.Backend{Latency: sim.MaxLength, Sigma: 4}
+		r := rand.New(rand.NewPCG(1, 2))
+		above := 0
+		for range 10_000 {
+			d := b.ServiceTime(r)
+			require.GreaterOrEqual(t, d, time.Duration(float64(b.Latency)*math.Exp(-4*6)), "a draw wrapped round")
+			require.LessOrEqual(t, d, sim.MaxLength)
+			if d >= b.Latency {
+				above++
+			}
+		}
+		assert.InDelta(t, 5000, above, 300, "half the draws at or above the median")
+	})
+}
+
+// FuzzSimulate holds the promise that no Scenario value makes the
+// simulator panic: Validate refuses it, or Simulate plays it. Scenarios
+// too big to play in a moment are only validated.
+func FuzzSimulate(f *testing.F) {
+	h := int64(time.Hour)
+	// users, target, two stages, think, latency, jitter, sigma, capacity,
+	// outage, check interval, variant, proxies
+	f.Add(100, 100, int64(3*time.Minute), int64(0), 3000*h, int64(50*time.Millisecond), int64(0), 0.0, 0, int64(0), int64(0), int64(0), uint8(0), 1)
+	f.Add(10, 10, 2_000_000*h, 2_000_000*h, int64(100*time.Millisecond), int64(50*time.Millisecond), int64(0), 0.0, 0, int64(0), int64(0), int64(0), uint8(0), 1)
+	f.Add(0, 10_000, 9000*h, int64(time.Second), int64(sim.MaxLength), int64(time.Millisecond), int64(0), 4.0, 1, int64(time.Second), int64(2*time.Second), int64(time.Second), uint8(7), 3)
+	f.Add(5, 1, int64(time.Second), int64(time.Second), int64(0), int64(10*time.Millisecond), int64(9*time.Millisecond), 0.0, 2, int64(500*time.Millisecond), int64(0), int64(time.Millisecond), uint8(3), 2)
+	f.Fuzz(func(t *testing.T, users, target int, d1, d2, think, latency, jitter int64, sigma float64, capacity int,
+		at, until, interval int64, v uint8, proxies int) {
+		sc := sim.Scenario{
+			Name:          "fuzz",
+			Backends:      []sim.Backend{{Latency: time.Duration(latency), Jitter: time.Duration(jitter), Sigma: sigma, Capacity: capacity}, {Latency: time.Duration(latency)}},
+			Users:         users,
+			Stages:        []sim.Stage{{time.Duration(d1), target}},
+			Think:         time.Duration(think),
+			CheckInterval: time.Duration(interval),
+			Variants:      []sim.Variant{sim.Variant(v)},
+		}
+		if d2 != 0 {
+			sc.Stages = append(sc.Stages, sim.Stage{time.Duration(d2), users})
+		}
+		if at != 0 || until != 0 {
+			sc.Backends[0].Down = []sim.Outage{{At: time.Duration(at), Until: time.Duration(until)}}
+		}
+		if sc.Validate() != nil || proxies < 1 || proxies > 16 {
+			return
+		}
+		// The work: each user's requests, the health ticks and probes.
+		length := sc.Length().Seconds()
+		cycle := max(sc.Think.Seconds()+sc.Backends[0].Latency.Seconds(), 1e-3)
+		work := float64(sc.PeakUsers())*(length/cycle+1) + float64(proxies)*length/sc.Interval().Seconds()*3 + length*10*float64(proxies)
+		if work > 2e5 {
+			return
+		}
+		_, err := sim.Simulate(sc, sim.Variant(v), algo(t, "leastconn"), proxies, 1)
+		require.NoError(t, err)
+	})
 }

@@ -217,8 +217,9 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		interval  = fs.Duration("interval", sim.DefaultCheckInterval, "time between active health checks")
 		backends  = fs.String("backends", "", "the backends, comma-separated: LATENCY[:w=WEIGHT][:c=CAPACITY][:j=JITTER|:s=SIGMA][:down=AT[-UNTIL]]...[:name=NAME]\n"+
 			"e.g. 50ms:w=6,150ms:w=3:c=8,300ms:j=50ms,500ms:s=0.5:down=1m-2m; weights are used by wrr only\n"+
-			"(default 50ms:w=6,150ms:w=3,300ms:w=2,500ms:w=1; -cap scenarios give backends without c= a capacity of "+strconv.Itoa(sim.DefaultCapacity)+";\n"+
-			"failure scenarios kill the first backend at 1m unless one has down=)")
+			"(default 50ms:w=6,150ms:w=3,300ms:w=2,500ms:w=1; -cap scenarios give backends without c= a capacity of "+strconv.Itoa(sim.DefaultCapacity)+")\n"+
+			"down= applies in every scenario run, so each outage must start within every scenario's length (burst lasts 2m20s;\n"+
+			"choose with -scenarios); the failure scenarios kill the first backend at 1m unless one has down=")
 		stages   = fs.String("stages", "", "user profile for every scenario: [START,]DURATION:TARGET,..., k6-style linear ramps, e.g. 0,30s:100,2m:100")
 		proxies  = fs.String("proxies", "1", "numbers of independent balancers the users are split over, comma-separated, e.g. 1,10")
 		markdown = fs.Bool("markdown", false, "print Markdown tables")
@@ -293,6 +294,8 @@ flags:`)
 	switch {
 	case *duration < 0:
 		return nil, fmt.Errorf("-duration: %v is negative", *duration)
+	case *duration > sim.MaxLength:
+		return nil, fmt.Errorf("-duration: %v is more than %v", *duration, sim.MaxLength)
 	case set["users"] && (*users < 1 || *users > sim.MaxUsers):
 		return nil, fmt.Errorf("-users: %d is not from 1 to %d", *users, sim.MaxUsers)
 	case *think < 0:
@@ -306,16 +309,22 @@ flags:`)
 				return nil, err
 			}
 		}
+		s.Think = *think
+		s.CheckInterval = *interval
+		if vs != nil {
+			s.Variants = vs
+		}
+		// Check the profile as given: scaling would repair a bad one
+		// (Scale makes a stage last at least 1ms, ScaleUsers keeps a count
+		// at least 1).
+		if err := s.Validate(); err != nil {
+			return nil, err
+		}
 		if *duration > 0 {
 			s = s.Scale(float64(*duration) / float64(s.Length()))
 		}
 		if set["users"] {
 			s = s.ScaleUsers(*users)
-		}
-		s.Think = *think
-		s.CheckInterval = *interval
-		if vs != nil {
-			s.Variants = vs
 		}
 		if err := s.Validate(); err != nil {
 			return nil, err

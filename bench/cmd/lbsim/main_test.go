@@ -48,6 +48,16 @@ func TestBadFlags(t *testing.T) {
 		{"scale too large", []string{"-live", "-scale", "11"}, "-scale: 11 is not in (0, 10]"},
 		{"too many live users", []string{"-live", "-users", "2001"}, "-live: steady peaks at 2001 users, more than the 2000"},
 		{"scaled interval too short", []string{"-live", "-scale", "0.0001", "-scenarios", "failure", "-interval", "5s"}, "check interval"},
+		// A profile is checked as given, before -duration and -users scale
+		// it (scaling clamped a stage to 1ms and a count to 1).
+		{"zero stage, scaled", []string{"-scenarios", "steady", "-algos", "rr", "-stages", "0s:10", "-duration", "1s"}, "stage 1: duration 0s is not positive"},
+		{"negative stage, scaled", []string{"-scenarios", "steady", "-algos", "rr", "-stages", "2s:10,-1s:20", "-duration", "1s"}, "stage 2: duration -1s is not positive"},
+		{"negative start", []string{"-scenarios", "steady", "-algos", "rr", "-stages", "-5,1s:10"}, "negative number of users -5"},
+		{"negative target, scaled", []string{"-scenarios", "steady", "-algos", "rr", "-stages", "1s:10,1s:-5", "-users", "20"}, "stage 2: negative target -5"},
+		{"profile too long", []string{"-scenarios", "steady", "-algos", "rr", "-stages", "2000000h:10,2000000h:10"}, "lasts more than 10000h"},
+		{"duration too long", []string{"-scenarios", "steady", "-algos", "rr", "-duration", "10001h"}, "-duration: 10001h0m0s is more than 10000h0m0s"},
+		{"think too long", []string{"-scenarios", "steady", "-algos", "rr", "-think", "10001h"}, "think time 10001h0m0s outside"},
+		{"outage outside one scenario", []string{"-algos", "rr", "-backends", "50ms:down=2m30s,150ms"}, "burst: backend 1 (50ms): outage at 2m30s outside the scenario's 2m20s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errs := runArgs(tc.args...)
@@ -56,6 +66,14 @@ func TestBadFlags(t *testing.T) {
 			assert.Contains(t, errs, tc.want)
 		})
 	}
+}
+
+// Values at the edge of what Validate accepts run rather than panic: a
+// first send at u·Think/Users once overflowed.
+func TestLongThink(t *testing.T) {
+	code, out, errs := runArgs("-scenarios", "steady", "-algos", "rr", "-think", "3000h", "-users", "1000")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "think 3000h0m0s")
 }
 
 func TestHelp(t *testing.T) {
