@@ -21,6 +21,9 @@
 //	if err != nil { ... }
 //	rep.WriteText(os.Stdout) // or WriteMarkdown, WriteHTML
 //
+// RunContext does the same and stops early, with ctx's error, when ctx
+// ends (lbsim stops so on Ctrl-C).
+//
 // With -live, lbsim also plays the scenarios for real, with every
 // duration scaled down (-scale, default 0.1: 18 s per 3-minute run),
 // through lbhttp's reverse proxy to HTTP backends on 127.0.0.1, and
@@ -118,8 +121,12 @@
 // Active, every CheckInterval each proxy, at its own random phase, checks
 // every backend and feeds the results to Observe (a dead backend's check
 // fails with a refused connection); without Passive, NoEjection is set.
-// The simulator never calls Start: it calls Apply after every failed
-// attempt, every round of checks and every 100 ms. Retry does what
+// The simulator never calls Start: it calls Apply after every refused
+// attempt (before the attempt is retried), after every round of checks,
+// every 100 ms, and once when a backend dies, after the requests it was
+// serving or queueing have all been reported to Done and, with Retry,
+// sent again (so those retries are picked before the wrapper has applied
+// what their failures tell it). Retry does what
 // lbhttp's Transport does for a GET: it sends a failed attempt again at
 // once on another backend, with Attempt+1 and Avoid set to the backend
 // that failed it, up to MaxAttempts (3) attempts. That covers both

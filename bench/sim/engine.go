@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"syscall"
@@ -117,6 +118,11 @@ type engine struct {
 // users split over the given number of proxies, and returns what it
 // measured. Runs with the same arguments return the same Result.
 func Simulate(sc Scenario, v Variant, a bench.Algorithm, proxies int, seed uint64) (Result, error) {
+	return simulate(context.Background(), sc, v, a, proxies, seed)
+}
+
+// simulate is Simulate, stopped with ctx's error when ctx ends.
+func simulate(ctx context.Context, sc Scenario, v Variant, a bench.Algorithm, proxies int, seed uint64) (Result, error) {
 	if err := sc.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -126,13 +132,22 @@ func Simulate(sc Scenario, v Variant, a bench.Algorithm, proxies int, seed uint6
 	if a.Sim == nil {
 		return Result{}, fmt.Errorf("sim: algorithm %q has no Sim constructor", a.Name)
 	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
 	e, err := newEngine(&sc, v, a, proxies, seed)
 	if err != nil {
 		return Result{}, err
 	}
-	e.run()
+	if !e.run(ctx.Done()) {
+		return Result{}, ctx.Err()
+	}
 	return e.result(a.Name, proxies), nil
 }
+
+// checkEvery is how many events run plays between two looks at its stop
+// channel: about a millisecond's worth.
+const checkEvery = 1024
 
 func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uint64) (*engine, error) {
 	length := int64(sc.Length())
@@ -267,8 +282,17 @@ func (e *engine) scheduleProfile() {
 	}
 }
 
-func (e *engine) run() {
-	for len(e.q.ev) > 0 {
+// run plays the events until the end and returns true, or returns false
+// soon after stop is closed (a nil stop never is).
+func (e *engine) run(stop <-chan struct{}) bool {
+	for n := 1; len(e.q.ev) > 0; n++ {
+		if n%checkEvery == 0 {
+			select {
+			case <-stop:
+				return false
+			default:
+			}
+		}
 		ev := e.q.pop()
 		if ev.at >= e.end {
 			break
@@ -305,6 +329,7 @@ func (e *engine) run() {
 	for i := range e.servers {
 		e.servers[i].account(e.end, e.step)
 	}
+	return true
 }
 
 // advanceUsers records the active users at the end of every step that

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"runtime"
@@ -32,8 +33,17 @@ const simulation = "simulation"
 
 // Run plays every scenario, for each number of proxies, under each of its
 // variants, with every algorithm, and returns the Report. It validates all
-// scenarios before it starts; errors wrap ErrScenario for bad input.
+// scenarios before it starts; errors wrap ErrScenario for bad input. It is
+// RunContext with a context that never ends.
 func Run(scenarios []Scenario, algos []bench.Algorithm, opt Options) (*Report, error) {
+	return RunContext(context.Background(), scenarios, algos, opt)
+}
+
+// RunContext is Run, stopped early when ctx ends: no other run starts, the
+// runs under way stop within a few thousand events (milliseconds), and,
+// once every worker has ended, it returns ctx's error and no Report
+// (lbsim's Ctrl-C). A ctx that ends after the last run changes nothing.
+func RunContext(ctx context.Context, scenarios []Scenario, algos []bench.Algorithm, opt Options) (*Report, error) {
 	proxies := opt.Proxies
 	if len(proxies) == 0 {
 		proxies = []int{1}
@@ -91,7 +101,7 @@ func Run(scenarios []Scenario, algos []bench.Algorithm, opt Options) (*Report, e
 	for range min(workers, len(jobs)) {
 		wg.Go(func() {
 			for j := range next {
-				r, err := Simulate(j.sc, j.v, j.a, j.proxies, j.seed)
+				r, err := simulate(ctx, j.sc, j.v, j.a, j.proxies, j.seed)
 				out <- outcome{j, r, err}
 			}
 		})
@@ -99,7 +109,11 @@ func Run(scenarios []Scenario, algos []bench.Algorithm, opt Options) (*Report, e
 	go func() {
 		defer close(next)
 		for _, j := range jobs {
-			next <- j
+			select {
+			case next <- j:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
 	go func() {
@@ -123,6 +137,9 @@ func Run(scenarios []Scenario, algos []bench.Algorithm, opt Options) (*Report, e
 	}
 	if first != nil {
 		return nil, first
+	}
+	if done < len(jobs) {
+		return nil, ctx.Err() // runs were left out: ctx ended
 	}
 	return rep, nil
 }

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"bytes"
+	"context"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -726,4 +727,47 @@ func FuzzSimulate(f *testing.F) {
 		_, err := sim.Simulate(sc, sim.Variant(v), algo(t, "leastconn"), proxies, 1)
 		require.NoError(t, err)
 	})
+}
+
+// RunContext stops when its context ends: between runs (no other starts)
+// and within one (a run of some 5 million requests stops at once), and
+// leaves no worker behind; a context that ends after the last run changes
+// nothing.
+func TestRunContext(t *testing.T) {
+	before := runtime.NumGoroutine()
+	short := scenario(t, "steady").Scale(0.05)
+	algos := []bench.Algorithm{algo(t, "rr"), algo(t, "leastconn"), algo(t, "lrt")}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	_, err := sim.RunContext(ctx, []sim.Scenario{short}, algos, sim.Options{Workers: 1, Proxies: []int{1, 2, 3},
+		Progress: func(int, int, string) { calls++; cancel() }})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, calls, 9, "runs were left out")
+
+	long := scenario(t, "steady")
+	long = long.Scale(float64(5*time.Hour) / float64(long.Length()))
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = sim.RunContext(ctx, []sim.Scenario{long}, algos[:1], sim.Options{})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 5*time.Second, "the run stopped long before its end")
+
+	done, cancel := context.WithCancel(context.Background())
+	rep, err := sim.RunContext(done, []sim.Scenario{short}, algos, sim.Options{
+		Progress: func(n, total int, _ string) {
+			if n == total {
+				cancel()
+			}
+		}})
+	require.NoError(t, err, "every run was played")
+	require.Len(t, rep.Scenarios[0].Results, 3)
+	cancel()
+
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "a worker outlived RunContext")
 }

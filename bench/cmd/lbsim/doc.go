@@ -13,5 +13,6 @@
 //
 // See package github.com/lbkit/lbkit/bench/sim for the model, package
 // github.com/lbkit/lbkit/bench/live for the live runs, and -help for the
-// flags. Bad flags exit with status 2.
+// flags. Bad flags exit with status 2; an interrupt (Ctrl-C) stops the
+// simulation or the live run with status 1.
 package main

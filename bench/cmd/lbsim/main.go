@@ -20,7 +20,8 @@ import (
 )
 
 func main() {
-	// An interrupt stops a live run cleanly: servers shut, then exit 1.
+	// An interrupt stops the simulation, or a live run cleanly (servers
+	// shut), then exit 1.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -39,8 +40,8 @@ type config struct {
 }
 
 // run is the command: it returns the exit status, 2 for bad flags or a
-// malformed profile, 1 when the report cannot be written or a live run
-// fails or is interrupted (ctx ends).
+// malformed profile, 1 when the report cannot be written, a live run
+// fails, or the simulation or a live run is interrupted (ctx ends).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -56,17 +57,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.opt.Progress = func(done, total int, run string) {
 		line(fmt.Sprintf("lbsim: %d/%d %s", done, total, run))
 	}
-	rep, err := sim.Run(cfg.scenarios, cfg.algos, cfg.opt)
+	rep, err := sim.RunContext(ctx, cfg.scenarios, cfg.algos, cfg.opt)
 	line("")
 	if err != nil {
-		return failed(stderr, "", err)
+		return failed(ctx, stderr, "", err)
 	}
 	fmt.Fprintf(stderr, "lbsim: %s in %v\n", plural(runs(rep), "run", "runs"), time.Since(start).Round(time.Millisecond))
 	var comparison *sim.Comparison
 	if cfg.live {
 		liveRep, err := playLive(ctx, cfg, rep, line, stderr)
 		if err != nil {
-			return failed(stderr, "live: ", err)
+			return failed(ctx, stderr, "live: ", err)
 		}
 		comparison = &sim.Comparison{Sim: rep, Live: liveRep}
 		rep = liveRep
@@ -116,8 +117,13 @@ func progressLine(w io.Writer) func(string) {
 }
 
 // failed reports err on stderr and returns the exit status: 2 for bad
-// input, 1 otherwise.
-func failed(stderr io.Writer, what string, err error) int {
+// input, 1 otherwise; when ctx has ended (an interrupt), it says that the
+// run was stopped and why.
+func failed(ctx context.Context, stderr io.Writer, what string, err error) int {
+	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "lbsim: stopped: %v\n", context.Cause(ctx))
+		return 1
+	}
 	fmt.Fprintf(stderr, "lbsim: %s%v\n", what, err)
 	if errors.Is(err, sim.ErrScenario) {
 		return 2

@@ -166,6 +166,23 @@ func TestLiveInterrupted(t *testing.T) {
 	assert.Empty(t, out.String())
 }
 
+// An interrupt stops a simulation too: the runs under way stop, no other
+// starts, and lbsim says so with status 1 instead of printing the tables.
+// The two runs asked for would take seconds each (5 hours of the steady
+// scenario, some 5 million requests).
+func TestInterrupted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	var out, errs bytes.Buffer
+	start := time.Now()
+	code := run(ctx, []string{"-scenarios", "steady", "-algos", "rr,leastconn", "-duration", "5h"}, &out, &errs)
+	took := time.Since(start)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs.String(), "lbsim: stopped: context deadline exceeded")
+	assert.Less(t, took, 10*time.Second, "it stopped long before the runs' end")
+	assert.Empty(t, out.String())
+}
+
 // TestREADMETable keeps the README true: the steady table it shows must be
 // what `lbsim -scenarios steady -markdown` prints today, row for row. When
 // a change to a picker or to the model moves a figure, rerun that command
