@@ -60,10 +60,11 @@
 // flowing to something rather than failing every request. View reports it.
 //
 // A backend's state is kept by ID across Update, and after it leaves the
-// set while fewer than max(n, 64) backends have left since, for a set of
-// n, so a membership change or a flap does not forget an ejection or a
-// drain. An Update the inner picker refuses changes nothing of it. New backends start up; with Config.InitialDown they
-// start down and wait for Rise passing probes.
+// set for as long as it is one of the last max(n, 64) backends removed,
+// for a set of n, so a membership change or a flap does not forget an
+// ejection or a drain. An Update the inner picker refuses forgets
+// nothing. New backends start up; with Config.InitialDown they start down
+// and wait for Rise passing probes.
 //
 // # Slow start
 //
