@@ -89,6 +89,120 @@ func TestLittlesLaw(t *testing.T) {
 	}
 }
 
+// Little's law with queues: with capacity-limited backends, the requests
+// at the backends, queued ones included, average X·R (no time is spent
+// anywhere else, so every request in flight is at a backend), whatever
+// the picker; rr queues most (its 500 ms backend gets a quarter of the
+// requests and serves 32/s). A saturated backend serves exactly its
+// capacity over its latency. TestLittlesLaw's backends never queue, so
+// only this test holds the queue's accounting to the law.
+func TestLittlesLawQueues(t *testing.T) {
+	sc := scenario(t, "steady-cap").Scale(0.5)
+	for _, name := range []string{"rr", "wrr", "leastconn", "lrt-naive", "maglev"} {
+		t.Run(name, func(t *testing.T) {
+			r, err := sim.Simulate(sc, sim.None, algo(t, name), 1, 1)
+			require.NoError(t, err)
+			require.Zero(t, r.Errors)
+			var in float64
+			for _, b := range r.Backends {
+				in += b.MeanInFlight
+			}
+			within(t, in, r.RPS*r.Mean.Seconds(), 0.02, "Σ L = X·R, queues included")
+			within(t, r.RPS, float64(sc.Users)/(r.Mean.Seconds()+sc.Think.Seconds()), 0.02, "X = N/(R+Z)")
+		})
+	}
+	// One saturated backend: 10 users who think 100 ms ask 50 requests/s
+	// of a backend that serves 2 at once in 100 ms, 20/s. It serves back
+	// to back, X = c/L; the users wait R = N/X − Z = 400 ms; L = X·R = 8
+	// are at the backend, 2 in service and 6 queued.
+	one := sim.Scenario{
+		Name:     "saturated",
+		Backends: []sim.Backend{{Latency: 100 * time.Millisecond, Capacity: 2}},
+		Users:    10,
+		Stages:   []sim.Stage{{Duration: time.Minute, Target: 10}},
+		Think:    100 * time.Millisecond,
+	}
+	r, err := sim.Simulate(one, sim.None, algo(t, "rr"), 1, 1)
+	require.NoError(t, err)
+	within(t, r.RPS, 20, 0.01, "X = c/L")
+	within(t, r.Mean.Seconds(), 0.4, 0.01, "R = N/X − Z")
+	within(t, r.Backends[0].MeanInFlight, 8, 0.01, "L = X·R")
+	assert.Equal(t, 10, r.Backends[0].PeakInFlight, "every user at the backend at once, at the start")
+}
+
+// The pickers that learn from Done behave as they promise only if every
+// attempt's Done reaches them: least connections evens out the requests
+// in flight; least response time sends most to the fastest backend;
+// bounded loads keep each backend under ⌈c·N/n⌉ requests. A simulator
+// that never called Done would leave the first two picking like round
+// robin and the third bounding picks, not requests in flight (each check
+// fails then; TestLittlesLaw does not).
+func TestFeedback(t *testing.T) {
+	sc := scenario(t, "steady").Scale(0.5)
+	run := func(name string) sim.Result {
+		t.Helper()
+		r, err := sim.Simulate(sc, sim.None, algo(t, name), 1, 1)
+		require.NoError(t, err)
+		return r
+	}
+	rr, lc, lrt := run("rr"), run("leastconn"), run("lrt")
+
+	lo, hi := math.Inf(1), 0.0
+	for _, b := range lc.Backends {
+		lo, hi = min(lo, b.MeanInFlight), max(hi, b.MeanInFlight)
+	}
+	assert.Less(t, hi/lo, 1.5, "leastconn evens out requests in flight: %.2f to %.2f (rr: %.2f to %.2f)",
+		lo, hi, rr.Backends[0].MeanInFlight, rr.Backends[3].MeanInFlight)
+
+	assert.Greater(t, lrt.Backends[0].Share, rr.Backends[0].Share+0.3, "lrt sends most to the fastest backend")
+
+	for _, name := range []string{"steady", "steady-cap"} {
+		sc := scenario(t, name).Scale(0.5)
+		r, err := sim.Simulate(sc, sim.None, algo(t, "ring-bounded"), 1, 1)
+		require.NoError(t, err)
+		// At most N−1 others in flight when a user picks: no backend takes
+		// one while it holds ⌈1.25·N/n⌉.
+		bound := int(math.Ceil(1.25 * float64(sc.Users) / float64(len(sc.Backends))))
+		for i, b := range r.Backends {
+			assert.LessOrEqual(t, b.PeakInFlight, bound, "%s: ring-bounded's peak at %s", name, sc.Label(i))
+		}
+	}
+}
+
+// SetLatencies gives the mean and the nearest-rank percentiles: the
+// smallest value with at least p of the values at or below it.
+func TestPercentiles(t *testing.T) {
+	ms := func(ns ...int) []time.Duration {
+		out := make([]time.Duration, len(ns))
+		for i, n := range ns {
+			out[i] = time.Duration(n) * time.Millisecond
+		}
+		return out
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = 100 - i // unsorted: SetLatencies sorts
+	}
+	for _, tc := range []struct {
+		name                string
+		in                  []time.Duration
+		mean, p50, p95, p99 time.Duration
+	}{
+		{"1 to 100", ms(hundred...), 50500 * time.Microsecond, 50 * time.Millisecond, 95 * time.Millisecond, 99 * time.Millisecond},
+		{"1 to 10", ms(10, 9, 8, 7, 6, 5, 4, 3, 2, 1), 5500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond},
+		{"1 to 20", ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20), 10500 * time.Microsecond, 10 * time.Millisecond, 19 * time.Millisecond, 20 * time.Millisecond},
+		{"one", ms(7), 7 * time.Millisecond, 7 * time.Millisecond, 7 * time.Millisecond, 7 * time.Millisecond},
+		{"two", ms(3, 1), 2 * time.Millisecond, 1 * time.Millisecond, 3 * time.Millisecond, 3 * time.Millisecond},
+		{"none", nil, 0, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := sim.Result{Mean: 1, Median: 1, P95: 1, P99: 1}
+			r.SetLatencies(tc.in)
+			assert.Equal(t, []time.Duration{tc.mean, tc.p50, tc.p95, tc.p99}, []time.Duration{r.Mean, r.Median, r.P95, r.P99})
+		})
+	}
+}
+
 // A single backend serving one request at a time is a FIFO queue: with N
 // users and no think time it serves back to back, X = 1/L, and each user
 // waits for all N, R = N·L.
