@@ -80,31 +80,13 @@ func Source(f float64) string {
 // input wrap sim.ErrScenario. When ctx ends, Run stops the run playing,
 // shuts it down and returns ctx's error.
 func Run(ctx context.Context, scenarios []sim.Scenario, algos []bench.Algorithm, opt Options) (*sim.Report, error) {
-	f, err := opt.scale()
-	if err != nil {
+	if err := Check(scenarios, algos, opt); err != nil {
 		return nil, err
 	}
+	f, _ := opt.scale()
 	proxies := opt.Proxies
 	if len(proxies) == 0 {
 		proxies = []int{1}
-	}
-	for _, m := range proxies {
-		if m < 1 {
-			return nil, fmt.Errorf("%w: %d proxies, want at least 1", sim.ErrScenario, m)
-		}
-	}
-	if len(algos) == 0 {
-		return nil, fmt.Errorf("%w: no algorithms", sim.ErrScenario)
-	}
-	for _, a := range algos {
-		if a.New == nil {
-			return nil, fmt.Errorf("live: algorithm %q has no New constructor", a.Name)
-		}
-	}
-	for _, sc := range scenarios {
-		if _, err := scaleScenario(sc, f); err != nil {
-			return nil, err
-		}
 	}
 	runs := 0
 	for range proxies {
@@ -136,6 +118,39 @@ func Run(ctx context.Context, scenarios []sim.Scenario, algos []bench.Algorithm,
 		}
 	}
 	return rep, nil
+}
+
+// Check returns the error Run would return for these arguments before it
+// starts anything, or nil: a scale outside (0, MaxScale], a number of
+// proxies below 1, no algorithm or one without a New constructor, a
+// scenario that Validate refuses as given or once scaled, or with more
+// than MaxUsers users. Errors about bad input wrap sim.ErrScenario. A
+// program that simulates first (lbsim -live) calls it before, so that
+// bad input is refused at once.
+func Check(scenarios []sim.Scenario, algos []bench.Algorithm, opt Options) error {
+	f, err := opt.scale()
+	if err != nil {
+		return err
+	}
+	for _, m := range opt.Proxies {
+		if m < 1 {
+			return fmt.Errorf("%w: %d proxies, want at least 1", sim.ErrScenario, m)
+		}
+	}
+	if len(algos) == 0 {
+		return fmt.Errorf("%w: no algorithms", sim.ErrScenario)
+	}
+	for _, a := range algos {
+		if a.New == nil {
+			return fmt.Errorf("live: algorithm %q has no New constructor", a.Name)
+		}
+	}
+	for _, sc := range scenarios {
+		if _, err := scaleScenario(sc, f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Play plays one scenario live under one variant with one algorithm, its

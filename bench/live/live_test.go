@@ -48,8 +48,9 @@ func noLeak(t *testing.T, before int) {
 }
 
 // TestAgreement plays a short steady scenario live and checks that its
-// throughput and mean latency agree with the simulation's within 15%, for
-// round robin and least connections. Live latency is the clients': the
+// throughput and mean latency agree with the simulation's, for round robin
+// and least connections: within 15% on the side the rig cannot push them
+// (more RPS, less latency), 25% on the side its overhead does. Live latency is the clients': the
 // proxy, loopback and the machine's scheduling add to the backends' time.
 // The scale (0.5: backends answer in 25 to 250 ms, users think 50 ms)
 // keeps that overhead, a millisecond or two, small against the latencies
@@ -71,8 +72,12 @@ func TestAgreement(t *testing.T) {
 			t.Logf("RPS sim %.1f live %.1f (×%.3f); mean sim %v live %v (×%.3f); shares sim %s live %s",
 				want.RPS, got.RPS, rps, want.Mean, got.Mean, mean, shares(want), shares(got))
 			assert.Zero(t, got.Errors)
-			assert.InDelta(t, 1, rps, 0.15, "live RPS / simulated RPS")
-			assert.InDelta(t, 1, mean, 0.15, "live mean / simulated mean")
+			// The rig's overhead lowers RPS and raises latency, the more so
+			// on a busy machine: that side allows 25%, the other 15%.
+			assert.GreaterOrEqual(t, rps, 0.75, "live RPS / simulated RPS")
+			assert.LessOrEqual(t, rps, 1.15, "live RPS / simulated RPS")
+			assert.GreaterOrEqual(t, mean, 0.85, "live mean / simulated mean")
+			assert.LessOrEqual(t, mean, 1.25, "live mean / simulated mean")
 		})
 	}
 }
@@ -136,7 +141,11 @@ func TestFailure(t *testing.T) {
 }
 
 // A backend revived on its address serves again: attempts reach it after
-// the outage and errors happen only during it.
+// the outage and errors happen only during it. On a loaded machine the
+// kill and the revive may come a little late, and a user refused just
+// before the revive counts its error as the answer comes back, so the
+// check after the outage starts half a second of the scenario (a quarter
+// of real time, five series steps) after the revive.
 func TestRevive(t *testing.T) {
 	sc := sim.Scenario{
 		Name: "revive",
@@ -150,6 +159,7 @@ func TestRevive(t *testing.T) {
 	}
 	r, err := live.Play(context.Background(), sc, sim.None, algo(t, "rr"), 1, live.Options{Scale: 0.5})
 	require.NoError(t, err)
+	const settle = 500 * time.Millisecond
 	s := r.Series
 	var during, after float64
 	for k := range s.Errors {
@@ -157,7 +167,7 @@ func TestRevive(t *testing.T) {
 		switch {
 		case start < 2*time.Second:
 			assert.Zero(t, s.Errors[k], "errors at %v, before the outage", start)
-		case start >= 4*time.Second+s.Step:
+		case start >= 4*time.Second+settle:
 			assert.Zero(t, s.Errors[k], "errors at %v, after it", start)
 			after += s.RPS[0][k]
 		default:
@@ -204,9 +214,14 @@ func TestEndsOnTime(t *testing.T) {
 }
 
 // A backend serving one request at a time queues the rest first come,
-// first served: with N users and no think time it serves back to back,
-// X = 1/L, and each request waits for all N, R = N·L, the same for
-// every request (a queue that let some pass would spread them).
+// first served: with N users and no think time it serves back to back.
+// What the model promises, whatever the machine's load: it never serves
+// faster than X = 1/L, so the users wait at least R = N/X = N·L on
+// average, but for the first requests, sent at once (the rig's overhead
+// only lowers X and adds to R: the bounds on that side allow 30 to 40%); every request waits for about the same N−1 others, so
+// the latencies are tight (random order would put the p95 near three
+// times the median); and the backend never holds more than the N users'
+// requests, nearly all the time.
 func TestQueue(t *testing.T) {
 	sc := sim.Scenario{
 		Name:     "queue",
@@ -216,13 +231,18 @@ func TestQueue(t *testing.T) {
 	}
 	r, err := live.Play(context.Background(), sc, sim.None, algo(t, "rr"), 1, live.Options{Scale: 0.5})
 	require.NoError(t, err)
-	t.Logf("RPS %.2f, p50 %v, p95 %v, p99 %v, in flight %.2f, peak %d", r.RPS, r.Median, r.P95, r.P99,
-		r.Backends[0].MeanInFlight, r.Backends[0].PeakInFlight)
-	assert.InDelta(t, 10, r.RPS, 1.5, "X = 1/L")
-	assert.InDelta(t, 0.5, r.Median.Seconds(), 0.075, "R = N·L")
-	assert.InDelta(t, 0.5, r.P95.Seconds(), 0.075, "first come, first served: no request overtakes")
-	assert.InDelta(t, 5, r.Backends[0].MeanInFlight, 0.5)
-	assert.Equal(t, 5, r.Backends[0].PeakInFlight)
+	b := r.Backends[0]
+	t.Logf("RPS %.2f, mean %v, p50 %v, p95 %v, p99 %v, in flight %.2f, peak %d", r.RPS, r.Mean, r.Median, r.P95, r.P99,
+		b.MeanInFlight, b.PeakInFlight)
+	assert.LessOrEqual(t, r.RPS, 10.2, "X ≤ 1/L")
+	assert.GreaterOrEqual(t, r.RPS, 7.0, "back to back, give or take the rig")
+	assert.GreaterOrEqual(t, r.Mean.Seconds(), 0.45, "R ≥ N·L but for the first round's, 0.1 to 0.5 s: 0.487 in all")
+	assert.LessOrEqual(t, r.Mean.Seconds(), 0.7, "R = N·L, give or take the rig")
+	assert.LessOrEqual(t, r.P95.Seconds(), 1.5*r.Median.Seconds(), "first come, first served: no request overtakes")
+	assert.LessOrEqual(t, b.MeanInFlight, 5.01)
+	assert.GreaterOrEqual(t, b.MeanInFlight, 4.0, "the users are at the backend nearly all the time")
+	assert.LessOrEqual(t, b.PeakInFlight, 5, "one request per user")
+	assert.GreaterOrEqual(t, b.PeakInFlight, 4)
 }
 
 // Run plays in sim.Run's order and shape, reports progress, and when its
@@ -285,10 +305,12 @@ func TestBadInput(t *testing.T) {
 		{"too many users", good.ScaleUsers(live.MaxUsers + 1), rr, live.Options{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			require.ErrorIs(t, live.Check([]sim.Scenario{tc.sc}, tc.algos, tc.opt), sim.ErrScenario)
 			_, err := live.Run(context.Background(), []sim.Scenario{tc.sc}, tc.algos, tc.opt)
 			require.ErrorIs(t, err, sim.ErrScenario)
 		})
 	}
+	require.NoError(t, live.Check([]sim.Scenario{good}, rr, live.Options{}))
 	_, err := live.Play(context.Background(), good, sim.None, rr[0], 0, live.Options{})
 	require.ErrorIs(t, err, sim.ErrScenario)
 	// Nothing started: no goroutine beyond those there before (the

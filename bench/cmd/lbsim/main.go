@@ -340,6 +340,13 @@ flags:`)
 		}
 		cfg.scenarios = append(cfg.scenarios, s)
 	}
+	if cfg.live {
+		// Refuse what the live run would refuse (an interval too short once
+		// scaled, say) now, not after the simulation.
+		if err := live.Check(cfg.scenarios, cfg.algos, live.Options{Scale: cfg.scale, Proxies: cfg.opt.Proxies}); err != nil {
+			return nil, fmt.Errorf("-live: %w", err)
+		}
+	}
 	return cfg, nil
 }
 
