@@ -48,9 +48,10 @@ func noLeak(t *testing.T, before int) {
 }
 
 // TestAgreement plays a short steady scenario live and checks that its
-// throughput and mean latency agree with the simulation's, for round robin
-// and least connections: within 15% on the side the rig cannot push them
-// (more RPS, less latency), 25% on the side its overhead does. Live latency is the clients': the
+// throughput and mean latency agree with the simulation's within 15%, for
+// round robin and least connections (the bound: under -race with
+// four busy loops on two cores, the worst seen was leastconn's mean at
+// 1.096 of the simulation's). Live latency is the clients': the
 // proxy, loopback and the machine's scheduling add to the backends' time.
 // The scale (0.5: backends answer in 25 to 250 ms, users think 50 ms)
 // keeps that overhead, a millisecond or two, small against the latencies
@@ -72,12 +73,8 @@ func TestAgreement(t *testing.T) {
 			t.Logf("RPS sim %.1f live %.1f (×%.3f); mean sim %v live %v (×%.3f); shares sim %s live %s",
 				want.RPS, got.RPS, rps, want.Mean, got.Mean, mean, shares(want), shares(got))
 			assert.Zero(t, got.Errors)
-			// The rig's overhead lowers RPS and raises latency, the more so
-			// on a busy machine: that side allows 25%, the other 15%.
-			assert.GreaterOrEqual(t, rps, 0.75, "live RPS / simulated RPS")
-			assert.LessOrEqual(t, rps, 1.15, "live RPS / simulated RPS")
-			assert.GreaterOrEqual(t, mean, 0.85, "live mean / simulated mean")
-			assert.LessOrEqual(t, mean, 1.25, "live mean / simulated mean")
+			assert.InDelta(t, 1, rps, 0.15, "live RPS / simulated RPS")
+			assert.InDelta(t, 1, mean, 0.15, "live mean / simulated mean")
 		})
 	}
 }
