@@ -535,3 +535,20 @@ func TestUpdatesOnlyOnChange(t *testing.T) {
 		assert.NotEqual(t, sets[i-1], sets[i], "Update %d gave the picker the set it already had", i)
 	}
 }
+
+// TestConfigChangeKeepsSet checks that a config change that gives the
+// channel a new lbkit picker (here a new boundedLoad, which builds a new
+// ring) hands that picker the READY set, though the set itself did not
+// change: RPCs go on being served.
+func TestConfigChangeKeepsSet(t *testing.T) {
+	checkNoLeaks(t)
+	bs := startBackends(t, 0, 0, 0)
+	md := func(i int) []string { return []string{"x-user", fmt.Sprintf("user-%d", i%40)} }
+	cc, r := dial(t, serviceConfig(lbpolicy.RingHash, `{"key": "x-user", "boundedLoad": 1.25}`), endpoints(bs))
+	warm(t, cc, bs, md)
+	sc := r.CC().ParseServiceConfig(serviceConfig(lbpolicy.RingHash, `{"key": "x-user", "boundedLoad": 2}`))
+	require.NoError(t, sc.Err)
+	r.UpdateState(resolver.State{Endpoints: endpoints(bs), ServiceConfig: sc})
+	c := load(t, cc, 4, 120, md)
+	assert.Zero(t, c.failed, "errors: %v", c.errs)
+}

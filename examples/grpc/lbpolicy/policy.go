@@ -101,6 +101,7 @@ func (p *policy) UpdateClientConnState(s balancer.ClientConnState) error {
 		old = p.lb
 		p.lb = lb
 		p.fb, _ = lb.(lbk.Feedback)
+		p.ready = nil // the new picker has no set yet: the next UpdateState gives it one
 	}
 	p.cfg = cfg
 	p.mu.Unlock()
@@ -155,7 +156,7 @@ func (p *policy) Close() {
 // republishSoon publishes a new picker after republishAfter, unless one
 // is already scheduled or a newer picker than gen's has been published by
 // then: RPCs that wait for ready then ask the lbkit picker again. It is
-// called from Pick, so it takes no lock unless it schedules.
+// called from Pick, so it takes no lock (the scheduled func does).
 func (p *policy) republishSoon(gen uint64) {
 	if !p.retryPending.CompareAndSwap(false, true) {
 		return
