@@ -47,6 +47,7 @@ type server struct {
 	inflight int // busy + queued
 	refused  error
 	reset    error
+	lane     int // the queue's lane for its answers when its service time is fixed; −1 otherwise
 
 	// Measured.
 	sent, refusals, resets int64
@@ -74,9 +75,8 @@ const (
 // user is one closed-loop virtual user.
 type user struct {
 	key     string // its client address: the affinity key
-	picked  balancer.Backend
-	start   int64 // when its current request's first attempt was sent
-	sentAt  int64 // when the current attempt was sent
+	start   int64  // when its current request's first attempt was sent
+	sentAt  int64  // when the current attempt was sent
 	token   uint32
 	proxy   int32
 	backend int32
@@ -89,21 +89,23 @@ type user struct {
 // engine is one run: a scenario, a variant, an algorithm, a number of
 // proxies and a seed.
 type engine struct {
-	sc      *Scenario
-	variant Variant
-	now     int64
-	end     int64
-	think   int64
-	step    int64
-	q       queue
-	rng     *rand.Rand
-	servers []server
-	proxies []proxy
-	users   []user
-	eps     []*endpoint
+	sc                                 *Scenario
+	variant                            Variant
+	now                                int64
+	end                                int64
+	think                              int64
+	step                               int64
+	q                                  queue
+	thinkLane, profileLane, refuseLane int // the queue's lanes for the sends, the users' joins and leaves, and refusals
+	rng                                *rand.Rand
+	servers                            []server
+	proxies                            []proxy
+	users                              []user
+	eps                                []*endpoint
 
 	// Measured.
-	latencies         []time.Duration
+	latency           Histogram       // of successful user requests
+	exact             []time.Duration // every latency too, when not nil: for tests of the histogram
 	ok, errs, retries int64
 	okBefore, okAfter int64
 	window            [2]int64 // the outage compared, [at, until)
@@ -164,7 +166,15 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		users:   make([]user, peak),
 		eps:     make([]*endpoint, len(sc.Backends)),
 	}
-	e.q.ev = make([]event, 0, peak+2*len(sc.Stages)+4*len(sc.Backends)+2*proxies+16)
+	// Most events go to lanes, which keep them in time order as they
+	// come: the sends (the first ones are in time order, and every later
+	// one is a think time ahead), the profile's changes, the refusals and
+	// the answers of backends with a fixed service time, one lane per
+	// distinct time. The heap holds the rest.
+	e.q.heap = make([]event, 0, 64+4*len(sc.Backends)+2*proxies)
+	e.thinkLane, e.profileLane, e.refuseLane = e.q.addLane(), e.q.addLane(), e.q.addLane()
+	e.q.reserve(e.thinkLane, sc.Users)
+	fixed := map[time.Duration]int{}
 	steps := int((length + e.step - 1) / e.step)
 	e.stepErrs = make([]int32, steps)
 	e.stepUsers = make([]int, steps)
@@ -187,6 +197,15 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		s.reset = fmt.Errorf("sim: read %s: %w", id, syscall.ECONNRESET)
 		s.stepArea = make([]int64, steps)
 		s.stepSent = make([]int32, steps)
+		s.lane = -1
+		if spec.fixed() {
+			l, ok := fixed[spec.Latency]
+			if !ok {
+				l = e.q.addLane()
+				fixed[spec.Latency] = l
+			}
+			s.lane = l
+		}
 		w := 1
 		if a.Weighted && spec.Weight > 0 {
 			w = spec.Weight
@@ -240,26 +259,7 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		}
 	}
 	e.scheduleProfile()
-	e.latencies = make([]time.Duration, 0, e.expectedRequests())
 	return e, nil
-}
-
-// expectedRequests guesses the number of successful requests, to size the
-// latency buffer once: users × length / (think + mean service time).
-func (e *engine) expectedRequests() int {
-	var mean float64
-	for _, b := range e.sc.Backends {
-		mean += float64(b.Latency)
-	}
-	mean /= float64(len(e.sc.Backends))
-	var userTime float64 // ∫ users dt, in user·ns, for linear stages
-	prev := float64(e.sc.Users)
-	for _, st := range e.sc.Stages {
-		userTime += (prev + float64(st.Target)) / 2 * float64(st.Duration)
-		prev = float64(st.Target)
-	}
-	n := userTime / (float64(e.think) + mean)
-	return int(min(n*1.1+64, 1<<22)) // append grows it past 4M
 }
 
 // scheduleProfile schedules the first sends of the users present at time
@@ -270,7 +270,7 @@ func (e *engine) scheduleProfile() {
 	n := e.sc.Users
 	for u := range n {
 		e.users[u].active, e.users[u].running = true, true
-		e.q.push(int64(e.sc.FirstSend(u)), evSend, int32(u), 0)
+		e.q.pushLane(e.thinkLane, int64(e.sc.FirstSend(u)), evSend, int32(u), 0)
 	}
 	e.activeUsers = n
 	for c := range e.sc.UserChanges() {
@@ -278,14 +278,14 @@ func (e *engine) scheduleProfile() {
 		if c.Join {
 			kind = evOn
 		}
-		e.q.push(int64(c.At), kind, int32(c.User), 0)
+		e.q.pushLane(e.profileLane, int64(c.At), kind, int32(c.User), 0)
 	}
 }
 
 // run plays the events until the end and returns true, or returns false
 // soon after stop is closed (a nil stop never is).
 func (e *engine) run(stop <-chan struct{}) bool {
-	for n := 1; len(e.q.ev) > 0; n++ {
+	for n := 1; e.q.len() > 0; n++ {
 		if n%checkEvery == 0 {
 			select {
 			case <-stop:
@@ -374,13 +374,12 @@ func (e *engine) attempt(u int32, req balancer.Request) {
 	s := &e.servers[ep.index]
 	s.sent++
 	s.stepSent[e.now/e.step]++
-	us.picked = b
 	us.backend = ep.index
 	us.sentAt = e.now
 	us.token++
 	if !s.alive {
 		us.state = refusing
-		e.q.push(e.now+int64(RefuseTime), evRefused, u, us.token)
+		e.q.pushLane(e.refuseLane, e.now+int64(RefuseTime), evRefused, u, us.token)
 		return
 	}
 	us.state = atServer
@@ -389,7 +388,7 @@ func (e *engine) attempt(u int32, req balancer.Request) {
 	s.peak = max(s.peak, s.inflight)
 	if s.spec.Capacity == 0 || s.busy < s.spec.Capacity {
 		s.busy++
-		e.q.push(e.now+e.serviceTime(s), evFinish, u, us.token)
+		e.q.pushLane(s.lane, e.now+e.serviceTime(s), evFinish, u, us.token)
 		return
 	}
 	s.waiting = append(s.waiting, u)
@@ -417,11 +416,13 @@ func (e *engine) finish(u int32, token uint32) {
 			s.waiting, s.head = s.waiting[:0], 0
 		}
 		s.busy++
-		e.q.push(e.now+e.serviceTime(s), evFinish, next, e.users[next].token)
+		e.q.pushLane(s.lane, e.now+e.serviceTime(s), evFinish, next, e.users[next].token)
 	}
 	e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt)})
-	lat := e.now - us.start
-	e.latencies = append(e.latencies, time.Duration(lat))
+	e.latency.Record(time.Duration(e.now - us.start))
+	if e.exact != nil {
+		e.exact = append(e.exact, time.Duration(e.now-us.start))
+	}
 	e.ok++
 	if e.hasWindow {
 		if e.now < e.window[0] {
@@ -442,7 +443,7 @@ func (e *engine) refused(u int32, token uint32) {
 	}
 	s := &e.servers[us.backend]
 	s.refusals++
-	failed := us.picked.ID()
+	failed := e.eps[us.backend].id
 	e.done(us, balancer.Result{Latency: RefuseTime, Err: s.refused})
 	e.apply()
 	e.retryOrFail(u, failed)
@@ -464,7 +465,7 @@ func (e *engine) kill(i int32) {
 		}
 		us.token++ // its pending answer, if any, is void
 		s.resets++
-		failed := us.picked.ID()
+		failed := e.eps[us.backend].id
 		e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt), Err: s.reset})
 		// A retry goes elsewhere (Avoid), or is refused here: s is no
 		// longer alive, so nothing joins its queue during this loop.
@@ -493,9 +494,9 @@ func (e *engine) retryOrFail(u int32, failed string) {
 func (e *engine) done(us *user, r balancer.Result) {
 	us.state = idle
 	if fb := e.proxies[us.proxy].fb; fb != nil {
-		fb.Done(us.picked, r)
+		// The very value Pick returned: pickers return what Update gave.
+		fb.Done(e.eps[us.backend], r)
 	}
-	us.picked = nil
 }
 
 // fail ends user u's request with an error; it thinks and sends again.
@@ -510,7 +511,7 @@ func (e *engine) rest(u int32) {
 	us := &e.users[u]
 	us.state = idle
 	us.backend = -1
-	e.q.push(e.now+e.think, evSend, u, 0)
+	e.q.pushLane(e.thinkLane, e.now+e.think, evSend, u, 0)
 }
 
 // probe is one round of active checks by proxy p: a live backend passes,
@@ -567,7 +568,7 @@ func (e *engine) result(algo string, proxies int) Result {
 		RPS:       float64(e.ok) / time.Duration(e.end).Seconds(),
 		Backends:  make([]BackendResult, len(e.servers)),
 	}
-	r.SetLatencies(e.latencies)
+	r.SetHistogram(&e.latency)
 	var sent int64
 	for i := range e.servers {
 		sent += e.servers[i].sent

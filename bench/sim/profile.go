@@ -97,6 +97,9 @@ func (b *Backend) ServiceTime(r *rand.Rand) time.Duration {
 	return time.Duration(l)
 }
 
+// fixed reports whether b's service time is always its Latency.
+func (b *Backend) fixed() bool { return b.Jitter == 0 && b.Sigma == 0 }
+
 // SeriesStep is the step of a run's Series: the shortest of a few round
 // steps that cuts length into at most 300 samples.
 func SeriesStep(length time.Duration) time.Duration {

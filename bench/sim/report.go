@@ -85,6 +85,13 @@ func (r *Result) SetLatencies(ls []time.Duration) {
 	r.Median, r.P95, r.P99 = rank(ls, 0.50), rank(ls, 0.95), rank(ls, 0.99)
 }
 
+// SetHistogram sets Mean, Median, P95 and P99 from a histogram of the
+// latencies of the successful requests: the exact mean and the
+// nearest-rank percentiles within HistogramError.
+func (r *Result) SetHistogram(h *Histogram) {
+	r.Mean, r.Median, r.P95, r.P99 = h.Mean(), h.Quantile(0.50), h.Quantile(0.95), h.Quantile(0.99)
+}
+
 // rank returns the nearest-rank p-quantile of sorted xs.
 func rank(xs []time.Duration, p float64) time.Duration {
 	i := int(math.Ceil(p*float64(len(xs)))) - 1

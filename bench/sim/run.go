@@ -20,7 +20,9 @@ type Options struct {
 	// [1].
 	Proxies []int
 	// Workers is the number of runs played at once; zero means
-	// runtime.GOMAXPROCS(0). The Report does not depend on it.
+	// runtime.GOMAXPROCS(0), or fewer when so many runs of the largest
+	// scenario would hold more than MemoryBudget together (RunBytes each).
+	// The Report does not depend on it.
 	Workers int
 	// Progress, if not nil, is called after each run with the number of
 	// runs done, the total and the run just done ("steady/none/rr"), from
@@ -89,6 +91,9 @@ func RunContext(ctx context.Context, scenarios []Scenario, algos []bench.Algorit
 	workers := opt.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
+		for i := range scenarios {
+			workers = min(workers, max(1, int(MemoryBudget/scenarios[i].RunBytes())))
+		}
 	}
 	next := make(chan job)
 	type outcome struct {
@@ -142,6 +147,20 @@ func RunContext(ctx context.Context, scenarios []Scenario, algos []bench.Algorit
 		return nil, ctx.Err() // runs were left out: ctx ended
 	}
 	return rep, nil
+}
+
+// MemoryBudget bounds what the runs Run plays at once hold together,
+// when Options.Workers is zero: 1 GiB, four runs of a million users.
+const MemoryBudget = 1 << 30
+
+// RunBytes estimates the memory one run of s holds: 256 bytes per user at
+// its peak (its state and key, its pending event, room for the event
+// queue's lanes to double, and the garbage collector's headroom: two runs
+// of the steady scenario with a million users peaked at 404 MB of RSS
+// together) and a megabyte for the rest. A run holds nothing per request:
+// latencies go to a Histogram, series have at most 300 steps.
+func (s *Scenario) RunBytes() int64 {
+	return 256*int64(s.PeakUsers()) + 1<<20
 }
 
 // jobSeed derives the seed of one scenario's runs from the seed given, so
