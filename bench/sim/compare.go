@@ -23,7 +23,7 @@ func (c Comparison) WriteText(w io.Writer) error {
 	return c.Live.sections(w, func(bw *bufio.Writer, sr *ScenarioReport) {
 		fmt.Fprintf(bw, "%s, %s: simulated vs live (ratio = live/sim)\n", sr.Scenario.Name, plural(sr.Proxies, "proxy", "proxies"))
 		c.table(sr).text(bw)
-	})
+	}, nil)
 }
 
 // WriteMarkdown writes the tables as GitHub Markdown.
@@ -31,7 +31,7 @@ func (c Comparison) WriteMarkdown(w io.Writer) error {
 	return c.Live.sections(w, func(bw *bufio.Writer, sr *ScenarioReport) {
 		fmt.Fprintf(bw, "### %s, %s: simulated vs live\n\nratio = live/sim.\n\n", sr.Scenario.Name, plural(sr.Proxies, "proxy", "proxies"))
 		c.table(sr).markdown(bw)
-	})
+	}, nil)
 }
 
 // WriteHTML writes Live's page (see Report.WriteHTML) with, under each

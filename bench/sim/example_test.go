@@ -11,7 +11,9 @@ import (
 
 // A tiny scenario of one's own: two backends, one three times slower and
 // serving two requests at once, six users for ten seconds, round robin
-// against least connections.
+// against least connections. Least connections serves more, round robin
+// keeps the lower p99; the summary picks the better worst case, here
+// round robin's.
 func Example() {
 	bs, err := sim.ParseBackends("10ms,30ms:c=2")
 	if err != nil {
@@ -41,6 +43,14 @@ func Example() {
 	// algorithm    RPS  mean ms  p50 ms  p95 ms  p99 ms  errors  share %  in flight  peak
 	// rr         133.2     25.0    10.0    40.0    40.0       0    50/50    0.7/2.7   2/4
 	// leastconn  155.8     18.4    10.0    40.0    50.0       0    63/37    1.0/1.9   3/3
+	//   most throughput: leastconn, 155.8 RPS (next rr, 133.2 RPS)
+	//   lowest p99: rr, 40.0 ms (next leastconn, 50.0 ms)
+	//   fewest errors: all 2, 0
+	//   trade-off: leastconn serves 17% more than rr but its p99 is 1.2× rr's (50.0 ms against 40.0 ms)
+	//
+	// summary, 1 proxy, over 1 scenario (tiny):
+	//   use rr: at worst (tiny) 85% of the most throughput
+	//   runner-up leastconn: at worst (tiny) a p99 1.2× the lowest; the most throughput in every scenario
 }
 
 // Simulate plays one run and returns its figures, here the failure

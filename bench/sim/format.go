@@ -11,7 +11,9 @@ import (
 )
 
 // WriteText writes one aligned table per scenario and number of proxies,
-// after a line naming the Source when it is not "simulation".
+// after a line naming the Source when it is not "simulation"; under each
+// table its verdict (ScenarioReport.Verdict), and at the end the summary
+// for each number of proxies (Report.Summaries).
 func (r *Report) WriteText(w io.Writer) error {
 	if r.Source != "" && r.Source != simulation {
 		if _, err := fmt.Fprintf(w, "source: %s\n\n", r.Source); err != nil {
@@ -21,14 +23,25 @@ func (r *Report) WriteText(w io.Writer) error {
 	return r.sections(w, func(bw *bufio.Writer, sr *ScenarioReport) {
 		fmt.Fprintf(bw, "%s, %s: %s\n", sr.Scenario.Name, plural(sr.Proxies, "proxy", "proxies"), sr.Scenario.Describe())
 		fmt.Fprintf(bw, "  backends %s\n", sr.Scenario.DescribeBackends())
-		fmt.Fprintf(bw, "  per backend (share of attempts, mean and peak in flight): %s\n", sr.Scenario.Labels())
+		for _, l := range sr.legend() {
+			fmt.Fprintf(bw, "  %s\n", l)
+		}
 		sr.table().text(bw)
+		v := sr.Verdict()
+		for _, l := range v.Lines(sr.algorithms()) {
+			fmt.Fprintf(bw, "  %s\n", l)
+		}
+	}, func(bw *bufio.Writer, s *Summary) {
+		for _, l := range s.Lines() {
+			fmt.Fprintf(bw, "%s\n", l)
+		}
 	})
 }
 
 // WriteMarkdown writes the tables as GitHub Markdown, one section per
 // scenario and number of proxies, after a line naming the Source when it
-// is not "simulation".
+// is not "simulation"; each table is followed by its verdict, and the
+// summaries come last, as in WriteText.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	if r.Source != "" && r.Source != simulation {
 		if _, err := fmt.Fprintf(w, "Source: %s.\n\n", r.Source); err != nil {
@@ -37,20 +50,59 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	return r.sections(w, func(bw *bufio.Writer, sr *ScenarioReport) {
 		fmt.Fprintf(bw, "### %s, %s\n\n", sr.Scenario.Name, plural(sr.Proxies, "proxy", "proxies"))
-		fmt.Fprintf(bw, "%s; backends `%s`. Per backend (share of attempts, mean and peak in flight): %s.\n\n",
-			sr.Scenario.Describe(), sr.Scenario.DescribeBackends(), sr.Scenario.Labels())
+		fmt.Fprintf(bw, "%s; backends `%s`. %s.\n\n", sr.Scenario.Describe(), sr.Scenario.DescribeBackends(), strings.Join(sr.legend(), "; "))
 		sr.table().markdown(bw)
+		bw.WriteString("\n")
+		v := sr.Verdict()
+		for _, l := range v.Lines(sr.algorithms()) {
+			fmt.Fprintf(bw, "- %s\n", l)
+		}
+	}, func(bw *bufio.Writer, s *Summary) {
+		lines := s.Lines()
+		fmt.Fprintf(bw, "### %s\n\n", strings.TrimSuffix(lines[0], ":"))
+		for _, l := range lines[1:] {
+			fmt.Fprintf(bw, "- %s\n", strings.TrimSpace(l))
+		}
 	})
 }
 
-// sections writes one section per scenario report, a blank line apart.
-func (r *Report) sections(w io.Writer, section func(*bufio.Writer, *ScenarioReport)) error {
+// legend explains the table's columns that need it, a line each: the
+// per-backend figures and their order, the throughput around an outage.
+func (sr *ScenarioReport) legend() []string {
+	sc := &sr.Scenario
+	var out []string
+	if len(sc.Backends) <= maxListed {
+		out = append(out, "per backend (share of attempts, mean and peak in flight): "+sc.Labels())
+	} else {
+		out = append(out, fmt.Sprintf("per backend, over %d: the busiest one's share of attempts, the most requests in flight at one over the mean, the highest peak", len(sc.Backends)))
+	}
+	if o, ok := sc.FirstOutage(); ok {
+		out = append(out, fmt.Sprintf("before, during: RPS before the first outage (at %v) and during it; change: during over before", o.At))
+	}
+	return out
+}
+
+// algorithms counts the algorithms of the report: its results under one
+// variant.
+func (sr *ScenarioReport) algorithms() int {
+	return len(sr.Results) / len(sr.Scenario.RunVariants())
+}
+
+// sections writes one section per scenario report, then, if summary is
+// not nil, one per summary, a blank line apart.
+func (r *Report) sections(w io.Writer, section func(*bufio.Writer, *ScenarioReport), summary func(*bufio.Writer, *Summary)) error {
 	bw := bufio.NewWriter(w)
 	for i := range r.Scenarios {
 		if i > 0 {
 			bw.WriteString("\n")
 		}
 		section(bw, &r.Scenarios[i])
+	}
+	if summary != nil {
+		for _, s := range r.Summaries() {
+			bw.WriteString("\n")
+			summary(bw, &s)
+		}
 	}
 	return bw.Flush()
 }
@@ -126,21 +178,28 @@ func (s *Scenario) Labels() string {
 }
 
 // table is a grid of cells with a header; numeric columns align right.
+// The first keys columns name the row (variant, algorithm); the columns
+// from spread on are per backend, which text prints as a table of its own
+// when the whole would be too wide.
 type table struct {
 	header []string
 	right  []bool
 	rows   [][]string
+	keys   int
+	spread int // len(header) when there are no per-backend columns
 }
 
-// table lays out a scenario's results: one row per variant and algorithm.
+// maxListed is the most backends whose figures a table lists one by one
+// ("25/25/25/25"); with more, it gives the busiest backend's share and the
+// spread of requests in flight instead.
+const maxListed = 8
+
+// table lays out a scenario's results: one row per variant and algorithm,
+// a column per metric of the report (Metrics) that has a label, then the
+// per-backend figures.
 func (sr *ScenarioReport) table() *table {
 	sc := &sr.Scenario
 	variants := len(sc.RunVariants()) > 1 || sc.RunVariants()[0] != None
-	_, failure := sc.FirstOutage()
-	retries := false
-	for _, r := range sr.Results {
-		retries = retries || r.Retries > 0
-	}
 	t := &table{}
 	col := func(name string, right bool) {
 		t.header = append(t.header, name)
@@ -150,54 +209,65 @@ func (sr *ScenarioReport) table() *table {
 		col("variant", false)
 	}
 	col("algorithm", false)
-	col("RPS", true)
-	col("mean ms", true)
-	col("p50 ms", true)
-	col("p95 ms", true)
-	col("p99 ms", true)
-	col("errors", true)
-	if retries {
-		col("retries", true)
+	t.keys = len(t.header)
+	var metrics []Metric
+	for _, m := range sr.Metrics() {
+		if m.Label != "" {
+			metrics = append(metrics, m)
+			col(m.Label, true)
+		}
 	}
-	if failure {
-		col("RPS before", true)
-		col("RPS after", true)
-		col("change", true)
+	t.spread = len(t.header)
+	listed := len(sc.Backends) <= maxListed
+	if listed {
+		col("share %", true)
+		col("in flight", true)
+		col("peak", true)
+	} else {
+		col("busiest %", true)
+		col("in flight max/mean", true)
+		col("peak", true)
 	}
-	col("share %", true)
-	col("in flight", true)
-	col("peak", true)
 
-	for _, r := range sr.Results {
+	for i := range sr.Results {
+		r := &sr.Results[i]
 		var row []string
 		if variants {
 			row = append(row, r.Variant.String())
 		}
-		row = append(row, r.Algorithm,
-			strconv.FormatFloat(r.RPS, 'f', 1, 64),
-			ms(r.Mean), ms(r.Median), ms(r.P95), ms(r.P99),
-			strconv.FormatInt(r.Errors, 10))
-		if retries {
-			row = append(row, strconv.FormatInt(r.Retries, 10))
-		}
-		if failure {
-			if f := r.Failure; f != nil {
-				row = append(row, strconv.FormatFloat(f.Before, 'f', 1, 64),
-					strconv.FormatFloat(f.After, 'f', 1, 64),
-					fmt.Sprintf("%+.1f%%", 100*f.Change()))
+		row = append(row, r.Algorithm)
+		for _, m := range metrics {
+			if v, ok := m.Value(r); ok {
+				row = append(row, m.Format(v))
 			} else {
-				row = append(row, "", "", "")
+				row = append(row, "")
 			}
 		}
-		share := make([]string, len(r.Backends))
-		mean := make([]string, len(r.Backends))
-		peak := make([]string, len(r.Backends))
-		for i, b := range r.Backends {
-			share[i] = strconv.FormatFloat(100*b.Share, 'f', 0, 64)
-			mean[i] = strconv.FormatFloat(b.MeanInFlight, 'f', 1, 64)
-			peak[i] = strconv.Itoa(b.PeakInFlight)
+		if listed {
+			share := make([]string, len(r.Backends))
+			mean := make([]string, len(r.Backends))
+			peak := make([]string, len(r.Backends))
+			for i, b := range r.Backends {
+				share[i] = strconv.FormatFloat(100*b.Share, 'f', 0, 64)
+				mean[i] = strconv.FormatFloat(b.MeanInFlight, 'f', 1, 64)
+				peak[i] = strconv.Itoa(b.PeakInFlight)
+			}
+			row = append(row, strings.Join(share, "/"), strings.Join(mean, "/"), strings.Join(peak, "/"))
+		} else {
+			var busiest, top, sum float64
+			peak := 0
+			for _, b := range r.Backends {
+				busiest = max(busiest, b.Share)
+				top = max(top, b.MeanInFlight)
+				sum += b.MeanInFlight
+				peak = max(peak, b.PeakInFlight)
+			}
+			spread := ""
+			if sum > 0 {
+				spread = strconv.FormatFloat(top/(sum/float64(len(r.Backends))), 'f', 2, 64)
+			}
+			row = append(row, strconv.FormatFloat(100*busiest, 'f', 1, 64), spread, strconv.Itoa(peak))
 		}
-		row = append(row, strings.Join(share, "/"), strings.Join(mean, "/"), strings.Join(peak, "/"))
 		t.rows = append(t.rows, row)
 	}
 	return t
@@ -215,7 +285,13 @@ func plural(n int, one, many string) string {
 	return strconv.Itoa(n) + " " + many
 }
 
-// text writes t with columns two spaces apart.
+// maxWidth is the widest line text writes a table in: wider, the
+// per-backend columns go to a table of their own, below, whose rows are
+// named as the first's.
+const maxWidth = 120
+
+// text writes t with columns two spaces apart, in two tables when one
+// would be wider than maxWidth.
 func (t *table) text(w *bufio.Writer) {
 	width := make([]int, len(t.header))
 	for _, row := range append([][]string{t.header}, t.rows...) {
@@ -223,12 +299,17 @@ func (t *table) text(w *bufio.Writer) {
 			width[i] = max(width[i], utf8.RuneCountInString(c))
 		}
 	}
-	line := func(row []string) {
+	total := 2 * (len(width) - 1)
+	for _, n := range width {
+		total += n
+	}
+	line := func(row []string, cols []int) {
 		var b strings.Builder
-		for i, c := range row {
-			if i > 0 {
+		for k, i := range cols {
+			if k > 0 {
 				b.WriteString("  ")
 			}
+			c := row[i]
 			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
 			if t.right[i] {
 				b.WriteString(pad + c)
@@ -238,10 +319,23 @@ func (t *table) text(w *bufio.Writer) {
 		}
 		w.WriteString(strings.TrimRight(b.String(), " ") + "\n")
 	}
-	line(t.header)
-	for _, row := range t.rows {
-		line(row)
+	block := func(cols []int) {
+		line(t.header, cols)
+		for _, row := range t.rows {
+			line(row, cols)
+		}
 	}
+	all := make([]int, len(t.header))
+	for i := range all {
+		all[i] = i
+	}
+	if total <= maxWidth || t.spread == len(t.header) {
+		block(all)
+		return
+	}
+	block(all[:t.spread])
+	w.WriteString("\n")
+	block(append(all[:t.keys:t.keys], all[t.spread:]...))
 }
 
 // markdown writes t as a GitHub table.

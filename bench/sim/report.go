@@ -66,6 +66,10 @@ type Result struct {
 	Failure *FailureResult
 	// Series is the run over time, for charts.
 	Series Series
+	// Extra holds the figures a scenario reports beyond the fields above,
+	// by the names of its Scenario.Metrics; nil for the default
+	// scenarios.
+	Extra []Figure
 }
 
 // SetLatencies sets Mean, Median, P95 and P99 from the latencies of the

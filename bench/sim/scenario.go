@@ -68,6 +68,11 @@ type Scenario struct {
 	// CheckInterval is the time between two active checks of a backend,
 	// for variants with Active. Zero means DefaultCheckInterval.
 	CheckInterval time.Duration
+	// Metrics are the figures of its own that the scenario's runs report
+	// in Result.Extra, beyond the standard ones (Metrics): the tables,
+	// JSON, CSV and the verdict show them after those. Empty for the
+	// default scenarios.
+	Metrics []Metric
 }
 
 // Backend describes one simulated upstream. Its service time is Latency,
@@ -304,6 +309,30 @@ func (s *Scenario) Length() time.Duration {
 		d += st.Duration
 	}
 	return d
+}
+
+// Requests estimates the user requests one run of s simulates, to size a
+// job before it starts: the users over time, each sending one request per
+// think time plus the fastest backend's latency, as if every request went
+// there and none queued. Most runs simulate fewer (round robin in the
+// steady scenario, 0.43 of it; lrt-naive 0.96); a dead backend that
+// refuses at once, taking a bare picker's requests, can bring up to half
+// as many more. It is zero for a scenario without backends.
+func (s *Scenario) Requests() float64 {
+	if len(s.Backends) == 0 {
+		return 0
+	}
+	fastest := s.Backends[0].Latency
+	for _, b := range s.Backends {
+		fastest = min(fastest, b.Latency)
+	}
+	var userTime float64 // ∫ users dt, in user·s, for linear stages
+	prev := float64(s.Users)
+	for _, st := range s.Stages {
+		userTime += (prev + float64(st.Target)) / 2 * st.Duration.Seconds()
+		prev = float64(st.Target)
+	}
+	return userTime / max((s.Think+fastest).Seconds(), 1e-9)
 }
 
 // PeakUsers returns the largest number of users the profile reaches.

@@ -188,11 +188,7 @@ func TestInterrupted(t *testing.T) {
 // a change to a picker or to the model moves a figure, rerun that command
 // and paste the table into README.md.
 func TestREADMETable(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
-	require.NoError(t, err)
-	const intro = "The steady scenario as it prints (`go run ./bench/cmd/lbsim -scenarios steady -markdown`):"
-	_, after, found := strings.Cut(string(readme), intro)
-	require.True(t, found, "README.md no longer introduces the steady table with %q", intro)
+	after := readmeAfter(t, "The steady scenario as it prints (`go run ./bench/cmd/lbsim -scenarios steady -markdown`):")
 	var rows []string
 	for _, line := range strings.Split(strings.TrimLeft(after, "\n"), "\n") {
 		if !strings.HasPrefix(line, "|") {
@@ -217,4 +213,32 @@ func TestREADMETable(t *testing.T) {
 	}
 	// And every algorithm lbsim prints is in the README's table.
 	assert.Equal(t, tableLines, len(rows), "README.md's table and lbsim's differ in rows")
+}
+
+// TestREADMEVerdict keeps the README's "Choosing" section true: the
+// summary it quotes must be what `lbsim` prints today at the end of its
+// default run, line for line. When a change moves the verdict, rerun
+// `go run ./bench/cmd/lbsim` and paste its last lines into README.md.
+func TestREADMEVerdict(t *testing.T) {
+	after := readmeAfter(t, "For the study's backends (`go run ./bench/cmd/lbsim`, last lines):")
+	block, _, found := strings.Cut(strings.TrimPrefix(strings.TrimLeft(after, "\n"), "```\n"), "```")
+	require.True(t, found, "no code block after the intro")
+	quoted := strings.Split(strings.TrimSuffix(block, "\n"), "\n")
+
+	code, out, errs := runArgs()
+	require.Equal(t, 0, code, errs)
+	_, summary, found := strings.Cut(out, "\nsummary, ")
+	require.True(t, found, "lbsim printed no summary")
+	printed := strings.Split(strings.TrimSuffix("summary, "+summary, "\n"), "\n")
+	assert.Equal(t, printed, quoted, "README.md quotes a verdict lbsim no longer prints")
+}
+
+// readmeAfter returns what follows intro in the repository's README.md.
+func readmeAfter(t *testing.T, intro string) string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	require.NoError(t, err)
+	_, after, found := strings.Cut(string(readme), intro)
+	require.True(t, found, "README.md no longer has %q", intro)
+	return after
 }
