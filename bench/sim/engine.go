@@ -55,6 +55,7 @@ type server struct {
 	area                   int64   // ∫ inflight dt, in request·ns
 	last                   int64   // when inflight last changed
 	stepArea               []int64 // area per series step
+	stepPeak               []int32 // the most in flight in each step
 	stepSent               []int32
 }
 
@@ -196,6 +197,7 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		s.refused = fmt.Errorf("sim: dial %s: connect: %w", id, syscall.ECONNREFUSED)
 		s.reset = fmt.Errorf("sim: read %s: %w", id, syscall.ECONNRESET)
 		s.stepArea = make([]int64, steps)
+		s.stepPeak = make([]int32, steps)
 		s.stepSent = make([]int32, steps)
 		s.lane = -1
 		if spec.fixed() {
@@ -386,6 +388,9 @@ func (e *engine) attempt(u int32, req balancer.Request) {
 	s.account(e.now, e.step)
 	s.inflight++
 	s.peak = max(s.peak, s.inflight)
+	if k := e.now / e.step; k < int64(len(s.stepPeak)) {
+		s.stepPeak[k] = max(s.stepPeak[k], int32(s.inflight))
+	}
 	if s.spec.Capacity == 0 || s.busy < s.spec.Capacity {
 		s.busy++
 		e.q.pushLane(s.lane, e.now+e.serviceTime(s), evFinish, u, us.token)
@@ -549,6 +554,7 @@ func (s *server) account(now, step int64) {
 			next := min((k+1)*step, now)
 			if k < int64(len(s.stepArea)) {
 				s.stepArea[k] += n * (next - t)
+				s.stepPeak[k] = max(s.stepPeak[k], int32(n))
 			}
 			t = next
 		}
@@ -575,11 +581,12 @@ func (e *engine) result(algo string, proxies int) Result {
 	}
 	steps := len(e.stepErrs)
 	r.Series = Series{
-		Step:     time.Duration(e.step),
-		Users:    e.stepUsers,
-		InFlight: make([][]float64, len(e.servers)),
-		RPS:      make([][]float64, len(e.servers)),
-		Errors:   make([]float64, steps),
+		Step:         time.Duration(e.step),
+		Users:        e.stepUsers,
+		InFlight:     make([][]float64, len(e.servers)),
+		PeakInFlight: make([][]int, len(e.servers)),
+		RPS:          make([][]float64, len(e.servers)),
+		Errors:       make([]float64, steps),
 	}
 	perSec := float64(time.Second) / float64(e.step)
 	for k, n := range e.stepErrs {
@@ -606,6 +613,11 @@ func (e *engine) result(algo string, proxies int) Result {
 			rps[k] = float64(s.stepSent[k]) * float64(time.Second) / float64(span)
 		}
 		r.Series.InFlight[i], r.Series.RPS[i] = in, rps
+		peak := make([]int, steps)
+		for k, n := range s.stepPeak {
+			peak[k] = int(n)
+		}
+		r.Series.PeakInFlight[i] = peak
 	}
 	if e.hasWindow {
 		o, _ := e.sc.FirstOutage()

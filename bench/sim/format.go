@@ -135,7 +135,9 @@ func (s *Scenario) Describe() string {
 }
 
 // DescribeBackends lists the backends in ParseBackends' syntax, so that the
-// line can be pasted into lbsim's -backends.
+// line can be pasted into lbsim's -backends; a backend with measured
+// Samples shows their median and number ("48ms:samples=1200:name=api"),
+// which only a -backends-file gives.
 func (s *Scenario) DescribeBackends() string {
 	parts := make([]string, len(s.Backends))
 	for i, b := range s.Backends {
@@ -152,6 +154,9 @@ func (s *Scenario) DescribeBackends() string {
 		}
 		if b.Sigma != 0 {
 			fmt.Fprintf(&p, ":s=%g", b.Sigma)
+		}
+		if len(b.Samples) > 0 {
+			fmt.Fprintf(&p, ":samples=%d", len(b.Samples))
 		}
 		for _, o := range b.Down {
 			fmt.Fprintf(&p, ":down=%v", o.At)

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -69,6 +70,8 @@ func parseBackend(item string) (Backend, error) {
 				o.Until, err = time.ParseDuration(until)
 			}
 			b.Down = append(b.Down, o)
+		case "samples":
+			return b, errors.New("samples: measured latencies come from a file (lbsim -backends-file), not -backends")
 		default:
 			return b, fmt.Errorf("unknown option %q (want w, c, j, s, down or name)", key)
 		}

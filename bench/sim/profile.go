@@ -83,10 +83,13 @@ func mulDiv(d time.Duration, n, m int) time.Duration {
 
 // ServiceTime draws one service time of b from r: Latency, or uniform in
 // [Latency−Jitter, Latency+Jitter], or lognormal of median Latency and
-// shape Sigma, at least a nanosecond and at most MaxLength.
+// shape Sigma, or one of its Samples, at least a nanosecond and at most
+// MaxLength.
 func (b *Backend) ServiceTime(r *rand.Rand) time.Duration {
 	l := int64(b.Latency)
 	switch {
+	case len(b.Samples) > 0:
+		return max(b.Samples[r.IntN(len(b.Samples))], 1)
 	case b.Jitter > 0:
 		j := int64(b.Jitter)
 		return time.Duration(l - j + r.Int64N(2*j+1))
@@ -98,7 +101,7 @@ func (b *Backend) ServiceTime(r *rand.Rand) time.Duration {
 }
 
 // fixed reports whether b's service time is always its Latency.
-func (b *Backend) fixed() bool { return b.Jitter == 0 && b.Sigma == 0 }
+func (b *Backend) fixed() bool { return b.Jitter == 0 && b.Sigma == 0 && len(b.Samples) == 0 }
 
 // SeriesStep is the step of a run's Series: the shortest of a few round
 // steps that cuts length into at most 300 samples.

@@ -145,8 +145,12 @@ type Series struct {
 	Step time.Duration
 	// Users is the number of active users at the end of each step.
 	Users []int
-	// InFlight[b][k] is the time-weighted mean of requests at backend b.
-	InFlight [][]float64
+	// InFlight[b][k] is the time-weighted mean of requests at backend b;
+	// PeakInFlight[b][k] their maximum within the step (the largest is
+	// BackendResult.PeakInFlight). PeakInFlight may be nil in a report
+	// from elsewhere.
+	InFlight     [][]float64
+	PeakInFlight [][]int
 	// RPS[b][k] is the attempts sent to backend b, per second.
 	RPS [][]float64
 	// Errors[k] is the failed user requests per second.

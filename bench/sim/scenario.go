@@ -94,6 +94,13 @@ type Backend struct {
 	// distribution of median Latency and shape Sigma: Latency·e^(Sigma·Z),
 	// Z standard normal. Its mean is Latency·e^(Sigma²/2).
 	Sigma float64
+	// Samples, when not empty, are measured service times (ReadLatencies,
+	// ReadAccessLog): each service time is one of them drawn at random,
+	// so that the backend serves as its empirical distribution says.
+	// Latency should be their median, as the readers set it; Jitter and
+	// Sigma must be zero. The slice is read, never written, and may be
+	// shared by copies of the scenario.
+	Samples []time.Duration
 	// Weight is what pickers that use weights see (wrr); zero means 1.
 	Weight int
 	// Capacity is the number of requests served at once; the rest wait
@@ -477,10 +484,17 @@ func (b *Backend) validate(length time.Duration) error {
 		return fmt.Errorf("sigma %v outside [0, 4]", b.Sigma)
 	case b.Jitter > 0 && b.Sigma > 0:
 		return errors.New("jitter and sigma are exclusive")
+	case len(b.Samples) > 0 && (b.Jitter > 0 || b.Sigma > 0):
+		return errors.New("samples exclude jitter and sigma")
 	case b.Weight < 0 || b.Weight > balancer.MaxWeight:
 		return fmt.Errorf("weight %d outside [0, %d]", b.Weight, balancer.MaxWeight)
 	case b.Capacity < 0:
 		return fmt.Errorf("negative capacity %d", b.Capacity)
+	}
+	for _, d := range b.Samples {
+		if d < 0 || d > MaxLength {
+			return fmt.Errorf("sample %v outside [0, %v]", d, MaxLength)
+		}
 	}
 	var prev time.Duration
 	for i, o := range b.Down {
