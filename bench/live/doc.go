@@ -21,8 +21,35 @@
 //	rep.WriteText(os.Stdout)
 //	sim.Comparison{Sim: simRep, Live: rep}.WriteText(os.Stdout)
 //
-// lbsim -live also raises GOGC to 400 (see "The load generator"); a
-// program of your own may want to do the same, with debug.SetGCPercent.
+// lbsim -live measures the rig first (Calibrate, two seconds), refuses a
+// scale at which the rig's own overhead is a large part of what it would
+// measure, and warns when the live figures cannot be taken for the
+// backends' (see "Can the live figures be trusted?"). It also raises GOGC
+// to 400 (see "The load generator"); a program of your own may want to do
+// the same, with debug.SetGCPercent.
+//
+// # Can the live figures be trusted?
+//
+// The rig shares the machine with whatever else runs there, and at scale
+// s a real overhead of d reads as d/s in the scenario's time. So before a
+// live run lbsim calls Calibrate: about a second with four users who do
+// not think, to one backend at the fastest scaled latency, through the
+// real proxy (the rig's timing error: late timers, the proxy's path,
+// loopback), then about a second at the peak load the scenarios ask (the
+// busiest scenario's users, its scaled think time, every request to that
+// backend, as lrt-naive sends them). Overhead.Trust then refuses the
+// scale, before anything is simulated, when the light-load overhead is
+// above RefuseShare (half) of the fastest backend's scaled latency, and
+// warns, on stderr and in the live report's source line, when the rig
+// served less than 90% of the rate asked or added more than WarnShare
+// (10%) of that latency under load. Each message names a scale that
+// would do. On the 2-core machine this was written on, shared with other
+// work (load average 12 to 15): at -scale 0.001 (the 50 ms backend
+// answers in 50 µs) the rig added 711 µs at light load, 1421% of it, and
+// lbsim refused, suggesting 0.15; at the default 0.1, 2 ms at light load
+// and, asked 6,667 requests/s at the peak, it served 1,452: lbsim warned,
+// and round robin's live RPS read 0.82 of the simulation's, its mean
+// 1.22.
 //
 // Runs play one at a time, in sim.Run's order. Each lasts the scenario's
 // length times the scale (an outage that would end later is cut short

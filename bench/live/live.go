@@ -34,9 +34,9 @@ const (
 // Options tunes Run and Play. The zero value runs at DefaultScale, seed 0,
 // one proxy, without progress reports.
 type Options struct {
-	// Scale multiplies every duration of a scenario (service times and
-	// jitter, think time, stages, outages, check interval, and health's
-	// ejection times) for the live run; the figures reported are divided
+	// Scale multiplies every duration of a scenario (service times, jitter
+	// and measured samples, think time, stages, outages, check interval,
+	// and health's ejection times) for the live run; the figures reported are divided
 	// back (latencies ÷ Scale, rates × Scale). Zero means DefaultScale; it
 	// must be in (0, MaxScale].
 	Scale float64
@@ -209,6 +209,13 @@ func scaleScenario(sc sim.Scenario, f float64) (sim.Scenario, error) {
 		b := &out.Backends[i]
 		b.Latency = max(scale(b.Latency), time.Microsecond)
 		b.Jitter = min(scale(b.Jitter), b.Latency-1)
+		if len(b.Samples) > 0 {
+			samples := make([]time.Duration, len(b.Samples))
+			for k, d := range b.Samples {
+				samples[k] = scale(d)
+			}
+			b.Samples = samples
+		}
 		b.Down = slices.Clone(b.Down)
 		for j := range b.Down {
 			b.Down[j].At = scale(b.Down[j].At)

@@ -35,11 +35,12 @@ func (r *run) result(algo string, v sim.Variant, proxies int) sim.Result {
 	// unscaled returns the length of step k in the scenario's time base.
 	unscaled := func(k int) time.Duration { return min(time.Duration(k+1)*step, length) - time.Duration(k)*step }
 	res.Series = sim.Series{
-		Step:     step,
-		Users:    r.usersSeries(step),
-		InFlight: make([][]float64, len(r.backends)),
-		RPS:      make([][]float64, len(r.backends)),
-		Errors:   make([]float64, r.steps),
+		Step:         step,
+		Users:        r.usersSeries(step),
+		InFlight:     make([][]float64, len(r.backends)),
+		PeakInFlight: make([][]int, len(r.backends)),
+		RPS:          make([][]float64, len(r.backends)),
+		Errors:       make([]float64, r.steps),
 	}
 	for k := range r.stepErrs {
 		res.Series.Errors[k] = float64(r.stepErrs[k].Load()) / unscaled(k).Seconds()
@@ -50,7 +51,7 @@ func (r *run) result(algo string, v sim.Variant, proxies int) sim.Result {
 	}
 	res.Backends = make([]sim.BackendResult, len(r.backends))
 	for i, b := range r.backends {
-		area, stepArea, peak := r.inFlight(b.spans)
+		area, stepArea, stepPeak, peak := r.inFlight(b.spans)
 		br := sim.BackendResult{
 			Sent:         b.sent.Load(),
 			Refused:      b.refused.Load(),
@@ -68,7 +69,7 @@ func (r *run) result(algo string, v sim.Variant, proxies int) sim.Result {
 			in[k] = stepArea[k] / (float64(unscaled(k)) * f)
 			rps[k] = float64(b.stepSent[k].Load()) / unscaled(k).Seconds()
 		}
-		res.Series.InFlight[i], res.Series.RPS[i] = in, rps
+		res.Series.InFlight[i], res.Series.RPS[i], res.Series.PeakInFlight[i] = in, rps, stepPeak
 	}
 	if o, ok := r.orig.FirstOutage(); ok {
 		fr := &sim.FailureResult{Outage: o}
@@ -88,10 +89,11 @@ func (r *run) result(algo string, v sim.Variant, proxies int) sim.Result {
 }
 
 // inFlight integrates requests at a backend over the run from their
-// spans, cut to the run: the area (request·ns, real), the area in each
-// series step, and the peak.
-func (r *run) inFlight(spans []span) (area float64, stepArea []float64, peak int) {
+// spans, cut to the run: the area (request·ns, real), the area and the
+// peak in each series step, and the peak.
+func (r *run) inFlight(spans []span) (area float64, stepArea []float64, stepPeak []int, peak int) {
 	stepArea = make([]float64, r.steps)
+	stepPeak = make([]int, r.steps)
 	type edge struct {
 		at int64
 		d  int
@@ -125,12 +127,22 @@ func (r *run) inFlight(spans []span) (area float64, stepArea []float64, peak int
 		}
 		return a.d - b.d
 	})
-	n := 0
+	// Sweep the edges: the count holds from one edge to the next, so each
+	// step it spans sees it.
+	n, k := 0, 0 // requests in flight, the step the sweep is in
 	for _, e := range edges {
+		for s := r.stepOf(e.at); k < s; k++ {
+			// The count carried into the next step, unless this edge is
+			// at its very start.
+			if k+1 < s || e.at > int64(float64(s)*r.step) {
+				stepPeak[k+1] = max(stepPeak[k+1], n)
+			}
+		}
 		n += e.d
 		peak = max(peak, n)
+		stepPeak[k] = max(stepPeak[k], n)
 	}
-	return area, stepArea, peak
+	return area, stepArea, stepPeak, peak
 }
 
 // usersSeries is the number of users the profile wants at the end of

@@ -1,15 +1,30 @@
 // Command lbsim answers "which algorithm for my backends?" in seconds: it
-// plays load scenarios in virtual time against every lbkit algorithm and
-// prints a table per scenario. With -live it plays them for real instead,
-// through lbhttp's reverse proxy to HTTP backends on 127.0.0.1, and sets
-// the live figures beside the simulated ones.
+// plays load scenarios in virtual time against every lbkit algorithm,
+// prints a table per scenario with its verdict (most throughput, lowest
+// p99, fewest errors, the trade-off), and ends with a summary: the
+// algorithm to use for these backends, why, and the runner-up. With -live
+// it plays them for real too, through lbhttp's reverse proxy to HTTP
+// backends on 127.0.0.1, and sets the live figures beside the simulated
+// ones.
 //
 //	go run ./bench/cmd/lbsim                                   # every default scenario
 //	go run ./bench/cmd/lbsim -scenarios steady -proxies 1,10   # a fleet of 10 balancers
 //	go run ./bench/cmd/lbsim -backends 20ms:c=4,20ms:c=4,80ms:c=4 -users 60
-//	go run ./bench/cmd/lbsim -html report.html                 # tables and charts
+//	go run ./bench/cmd/lbsim -backends-file latencies.csv      # backend,latency_ms per line
+//	go run ./bench/cmd/lbsim -backends-file access.log -log-format '$remote_addr ... $upstream_addr $upstream_response_time'
+//	go run ./bench/cmd/lbsim -html report.html                 # tables, verdicts and charts
+//	go run ./bench/cmd/lbsim -json out.json -csv out.csv       # every figure, for other tools
 //	go run ./bench/cmd/lbsim -live -scenarios steady           # live, 18 s per algorithm
 //	go run ./bench/cmd/lbsim -live -scale 0.5 -algos rr,leastconn -duration 1m
+//
+// -json and -csv are described in package bench/sim ("Machine-readable
+// output"). Memory stays bounded whatever the number of users; runs that
+// would simulate more than -max-requests requests (2 billion, minutes of
+// work) are refused before they start, with the estimate. -live measures
+// the rig's own overhead first, refuses a scale at which it is a large
+// part of the backends' latencies and warns when live figures cannot be
+// trusted (package bench/live). Progress is one line redrawn on a
+// terminal, and a plain line every 10 s elsewhere.
 //
 // See package github.com/lbkit/lbkit/bench/sim for the model, package
 // github.com/lbkit/lbkit/bench/live for the live runs, and -help for the

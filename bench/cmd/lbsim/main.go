@@ -8,11 +8,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/live"
@@ -35,9 +37,18 @@ type config struct {
 	opt       sim.Options
 	markdown  bool
 	html      string
-	live      bool    // play live, beside the simulation
-	scale     float64 // live time scale
+	json, csv string            // files to write the figures to, or ""
+	live      bool              // play live, beside the simulation
+	scale     float64           // live time scale
+	warning   string            // what the live rig's calibration warned of
+	command   []string          // the command line, for -json
+	flags     map[string]string // every flag's value, for -json
 }
+
+// defaultMaxRequests is -max-requests' default: about 2 billion simulated
+// requests, a few minutes at the 0.1 to 0.3 µs a request each core takes
+// (BenchmarkSimulate), with memory bounded whatever the number.
+const defaultMaxRequests = 2e9
 
 // run is the command: it returns the exit status, 2 for bad flags or a
 // malformed profile, 1 when the report cannot be written, a live run
@@ -52,24 +63,47 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "run 'lbsim -help' for the flags")
 		return 2
 	}
+	if cfg.live {
+		// Measure the rig before anything else, and refuse a scale at
+		// which it cannot measure.
+		fmt.Fprintf(stderr, "lbsim: live: measuring the rig's own overhead at scale %v (2 s)\n", cfg.scale)
+		o, err := live.Calibrate(ctx, cfg.scenarios, cfg.scale)
+		if err != nil {
+			return failed(ctx, stderr, "live: ", err)
+		}
+		fmt.Fprintf(stderr, "lbsim: live: %v\n", o)
+		warning, err := o.Trust(cfg.scale, live.Fastest(cfg.scenarios))
+		if err != nil {
+			return failed(ctx, stderr, "-live: ", err)
+		}
+		if warning != "" {
+			fmt.Fprintf(stderr, "lbsim: live: warning: %s\n", warning)
+			cfg.warning = warning
+		}
+	}
 	start := time.Now()
-	line := progressLine(stderr)
+	line := newProgress(stderr)
 	cfg.opt.Progress = func(done, total int, run string) {
-		line(fmt.Sprintf("lbsim: %d/%d %s", done, total, run))
+		line.show(fmt.Sprintf("lbsim: %d/%d %s", done, total, run))
 	}
 	rep, err := sim.RunContext(ctx, cfg.scenarios, cfg.algos, cfg.opt)
-	line("")
+	line.clear()
 	if err != nil {
 		return failed(ctx, stderr, "", err)
 	}
 	fmt.Fprintf(stderr, "lbsim: %s in %v\n", plural(runs(rep), "run", "runs"), time.Since(start).Round(time.Millisecond))
+	doc := &sim.Document{Command: cfg.command, Flags: cfg.flags, Reports: []*sim.Report{rep}}
 	var comparison *sim.Comparison
 	if cfg.live {
 		liveRep, err := playLive(ctx, cfg, rep, line, stderr)
 		if err != nil {
 			return failed(ctx, stderr, "live: ", err)
 		}
+		if cfg.warning != "" {
+			liveRep.Source += "; warning: " + cfg.warning
+		}
 		comparison = &sim.Comparison{Sim: rep, Live: liveRep}
+		doc.Reports = append(doc.Reports, liveRep)
 		rep = liveRep
 	}
 	if cfg.markdown {
@@ -88,10 +122,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err == nil && cfg.html != "" {
 		if comparison != nil {
-			err = writeHTML(cfg.html, comparison.WriteHTML)
+			err = writeFile(cfg.html, comparison.WriteHTML)
 		} else {
-			err = writeHTML(cfg.html, rep.WriteHTML)
+			err = writeFile(cfg.html, rep.WriteHTML)
 		}
+	}
+	if err == nil && cfg.json != "" {
+		err = writeFile(cfg.json, doc.WriteJSON)
+	}
+	if err == nil && cfg.csv != "" {
+		err = writeFile(cfg.csv, doc.WriteCSV)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "lbsim: %v\n", err)
@@ -100,20 +140,58 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// progressLine returns a func that rewrites one line on w; "" clears it.
-func progressLine(w io.Writer) func(string) {
-	last := 0
-	return func(line string) {
-		if line == "" {
-			if last > 0 {
-				fmt.Fprintf(w, "\r%*s\r", last, "")
-			}
-			last = 0
-			return
-		}
-		fmt.Fprintf(w, "\r%-*s", last, line)
-		last = len(line)
+// progress reports how far lbsim has come on stderr: on a terminal, one
+// line redrawn in place; elsewhere (a file, a pipe, CI's log), a plain
+// line now and then, never a carriage return.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	every time.Duration // between two plain lines
+	now   func() time.Time
+	last  time.Time // when the last plain line was written
+	width int       // of the line drawn on the terminal
+}
+
+// plainEvery is how often progress writes a plain line when stderr is
+// not a terminal.
+const plainEvery = 10 * time.Second
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w, tty: isTerminal(w), every: plainEvery, now: time.Now}
+	p.last = p.now()
+	return p
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
 	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// show redraws the line on a terminal, or writes it as a line of its own
+// if plainEvery has passed since the last.
+func (p *progress) show(line string) {
+	if p.tty {
+		fmt.Fprintf(p.w, "\r%-*s", p.width, line)
+		p.width = utf8.RuneCountInString(line)
+		return
+	}
+	if now := p.now(); now.Sub(p.last) >= p.every {
+		fmt.Fprintln(p.w, line)
+		p.last = now
+	}
+}
+
+// clear erases the line drawn on a terminal.
+func (p *progress) clear() {
+	if p.tty && p.width > 0 {
+		fmt.Fprintf(p.w, "\r%*s\r", p.width, "")
+	}
+	p.width = 0
 }
 
 // failed reports err on stderr and returns the exit status: 2 for bad
@@ -133,12 +211,12 @@ func failed(ctx context.Context, stderr io.Writer, what string, err error) int {
 
 // playLive plays the runs of the simulated report rep live, one at a
 // time, with a progress line.
-func playLive(ctx context.Context, cfg *config, rep *sim.Report, line func(string), stderr io.Writer) (*sim.Report, error) {
+func playLive(ctx context.Context, cfg *config, rep *sim.Report, line *progress, stderr io.Writer) (*sim.Report, error) {
 	var wall time.Duration
 	peak := 0.0
 	for _, sr := range rep.Scenarios {
 		wall += time.Duration(float64(sr.Scenario.Length())*cfg.scale) * time.Duration(len(sr.Results))
-		peak = max(peak, peakRate(&sr.Scenario, cfg.scale))
+		peak = max(peak, live.PeakRate(&sr.Scenario, cfg.scale))
 	}
 	fmt.Fprintf(stderr, "lbsim: live: %s, one at a time, about %v; up to %.0f requests/s of real time\n",
 		plural(runs(rep), "run", "runs"), wall.Round(time.Second), peak)
@@ -154,10 +232,10 @@ func playLive(ctx context.Context, cfg *config, rep *sim.Report, line func(strin
 		Seed:    cfg.opt.Seed,
 		Proxies: cfg.opt.Proxies,
 		Progress: func(p live.Progress) {
-			line(fmt.Sprintf("lbsim: live %d/%d %s %.1fs/%.1fs", p.Done+1, p.Runs, p.Run, p.Elapsed.Seconds(), p.Length.Seconds()))
+			line.show(fmt.Sprintf("lbsim: live %d/%d %s %.1fs/%.1fs", p.Done+1, p.Runs, p.Run, p.Elapsed.Seconds(), p.Length.Seconds()))
 		},
 	})
-	line("")
+	line.clear()
 	if err != nil {
 		return nil, err
 	}
@@ -171,18 +249,6 @@ func playLive(ctx context.Context, cfg *config, rep *sim.Report, line func(strin
 // RSS of 57 MB (see package bench/live).
 const liveGCPercent = 400
 
-// peakRate bounds the requests per second of real time a scenario asks of
-// the live rig at scale f: its peak users, each cycling through the think
-// time and the fastest backend's latency, as when an algorithm sends
-// nearly everything there (lrt-naive).
-func peakRate(sc *sim.Scenario, f float64) float64 {
-	fastest := sc.Backends[0].Latency
-	for _, b := range sc.Backends {
-		fastest = min(fastest, b.Latency)
-	}
-	return float64(sc.PeakUsers()) / ((sc.Think + fastest).Seconds() * f)
-}
-
 // runs counts the runs of a report.
 func runs(rep *sim.Report) int {
 	n := 0
@@ -192,8 +258,8 @@ func runs(rep *sim.Report) int {
 	return n
 }
 
-// writeHTML creates the file at path and writes a page into it with write.
-func writeHTML(path string, write func(io.Writer) error) error {
+// writeFile creates the file at path and writes into it with write.
+func writeFile(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -226,10 +292,18 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 			"(default 50ms:w=6,150ms:w=3,300ms:w=2,500ms:w=1; -cap scenarios give backends without c= a capacity of "+strconv.Itoa(sim.DefaultCapacity)+")\n"+
 			"down= applies in every scenario run, so each outage must start within every scenario's length (burst lasts 2m20s;\n"+
 			"choose with -scenarios); the failure scenarios kill the first backend at 1m unless one has down=")
+		backendsFile = fs.String("backends-file", "", "the backends from measured latencies: a CSV of backend,latency_ms, one sample a line,\n"+
+			"or, with -log-format, an nginx access log; each backend's service times are drawn from its samples")
+		logFormat = fs.String("log-format", "", "with -backends-file: the nginx log_format string that wrote the access log;\n"+
+			"it must include $upstream_addr and $upstream_response_time")
 		stages   = fs.String("stages", "", "user profile for every scenario: [START,]DURATION:TARGET,..., k6-style linear ramps, e.g. 0,30s:100,2m:100")
 		proxies  = fs.String("proxies", "1", "numbers of independent balancers the users are split over, comma-separated, e.g. 1,10")
 		markdown = fs.Bool("markdown", false, "print Markdown tables")
 		html     = fs.String("html", "", "also write a self-contained HTML report with charts to this file (with -live: the live run's, and simulated vs live)")
+		jsonFile = fs.String("json", "", "also write every figure of every run, the series, the verdicts and the flags to this file as JSON (with -live: both runs)")
+		csvFile  = fs.String("csv", "", "also write the figures of the tables to this file as CSV: a row per run, then one per backend (with -live: both runs)")
+		maxReq   = fs.Float64("max-requests", defaultMaxRequests, "refuse to start when the runs asked for would simulate more requests than this (an estimate; memory stays bounded,\n"+
+			"but time grows with requests: about 0.1 to 0.3 µs each per core)")
 		liveMode = fs.Bool("live", false, "play the scenarios for real, through lbhttp's reverse proxy to HTTP backends on 127.0.0.1,\n"+
 			"one run at a time, and print the live tables and a simulated-vs-live table (-html then charts the live run)")
 		scale = fs.Float64("scale", live.DefaultScale, fmt.Sprintf("with -live: multiply every duration by this, in (0, %d]; figures are converted back", live.MaxScale))
@@ -237,11 +311,14 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, `usage: lbsim [flags]
 
-lbsim plays load scenarios in virtual time against every lbkit algorithm and prints a table per scenario.
+lbsim plays load scenarios in virtual time against every lbkit algorithm, prints a table per scenario with
+its verdict, and ends with the algorithm to use for these backends, why, and the runner-up.
 
   lbsim                                  every default scenario, in seconds
   lbsim -scenarios steady -proxies 1,10  one scenario, one balancer and a fleet of ten
   lbsim -backends 20ms:c=4,80ms:c=4      your own backends
+  lbsim -backends-file latencies.csv     your measured latencies (backend,latency_ms), or an nginx log with -log-format
+  lbsim -json out.json -csv out.csv      every figure, for other tools
   lbsim -live -scenarios steady          the same for real: lbhttp's reverse proxy, HTTP backends and clients
                                          on 127.0.0.1, every duration ×0.1 (-scale), 18 s per algorithm;
                                          then simulated vs live side by side
@@ -258,7 +335,9 @@ flags:`)
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
-	cfg := &config{opt: sim.Options{Seed: *seed}, markdown: *markdown, html: *html, live: *liveMode, scale: *scale}
+	cfg := &config{opt: sim.Options{Seed: *seed}, markdown: *markdown, html: *html, json: *jsonFile, csv: *csvFile,
+		live: *liveMode, scale: *scale, command: append([]string{"lbsim"}, args...), flags: map[string]string{}}
+	fs.VisitAll(func(f *flag.Flag) { cfg.flags[f.Name] = f.Value.String() })
 	if set["scale"] && !cfg.live {
 		return nil, errors.New("-scale: only with -live")
 	}
@@ -266,9 +345,19 @@ flags:`)
 		return nil, fmt.Errorf("-scale: %v is not in (0, %d]", cfg.scale, live.MaxScale)
 	}
 	var bs []sim.Backend
-	if *backends != "" {
+	switch {
+	case *backends != "" && *backendsFile != "":
+		return nil, errors.New("-backends and -backends-file: give one")
+	case *logFormat != "" && *backendsFile == "":
+		return nil, errors.New("-log-format: only with -backends-file")
+	case *backends != "":
 		var err error
 		if bs, err = sim.ParseBackends(*backends); err != nil {
+			return nil, err
+		}
+	case *backendsFile != "":
+		var err error
+		if bs, err = readBackends(*backendsFile, *logFormat); err != nil {
 			return nil, err
 		}
 	}
@@ -340,6 +429,12 @@ flags:`)
 		}
 		cfg.scenarios = append(cfg.scenarios, s)
 	}
+	if !(*maxReq > 0) {
+		return nil, fmt.Errorf("-max-requests: %v is not positive", *maxReq)
+	}
+	if err := checkWork(cfg, *maxReq); err != nil {
+		return nil, err
+	}
 	if cfg.live {
 		// Refuse what the live run would refuse (an interval too short once
 		// scaled, say) now, not after the simulation.
@@ -348,6 +443,60 @@ flags:`)
 		}
 	}
 	return cfg, nil
+}
+
+// readBackends reads the backends of -backends-file: a CSV of latencies,
+// or an nginx access log when format is given.
+func readBackends(path, format string) ([]sim.Backend, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("-backends-file: %w", err)
+	}
+	defer f.Close()
+	var bs []sim.Backend
+	if format != "" {
+		bs, err = sim.ReadAccessLog(f, format)
+	} else {
+		bs, err = sim.ReadLatencies(f)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("-backends-file %s: %w", path, err)
+	}
+	return bs, nil
+}
+
+// checkWork refuses, before anything starts, runs that would simulate
+// more than max requests (Scenario.Requests, an estimate): memory stays
+// bounded whatever the number (sim.Scenario.RunBytes), but time does not.
+func checkWork(cfg *config, max float64) error {
+	var total float64
+	runs, peak := 0, 0
+	for range cfg.opt.Proxies {
+		for i := range cfg.scenarios {
+			sc := &cfg.scenarios[i]
+			n := len(sc.RunVariants()) * len(cfg.algos)
+			runs += n
+			total += float64(n) * sc.Requests()
+			peak = maxInt(peak, sc.PeakUsers())
+		}
+	}
+	if total <= max {
+		return nil
+	}
+	cores := float64(runtime.GOMAXPROCS(0))
+	return fmt.Errorf("refusing to start: %s would simulate up to %.3g requests (%d users at the peak), "+
+		"about %v to %v of work on %d cores at 0.1 to 0.3 µs a request; -max-requests is %.3g. "+
+		"Ask for less (-scenarios, -algos, fewer -proxies, a shorter -duration) or raise -max-requests",
+		plural(runs, "run", "runs"), total, peak,
+		(time.Duration(total*0.1e3/cores) * time.Nanosecond).Round(time.Second),
+		(time.Duration(total*0.3e3/cores) * time.Nanosecond).Round(time.Second), int(cores), max)
+}
+
+func maxInt(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
 }
 
 // choose returns the items of all named in list (comma-separated, in list

@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +63,15 @@ func TestBadFlags(t *testing.T) {
 		{"duration too long", []string{"-scenarios", "steady", "-algos", "rr", "-duration", "10001h"}, "-duration: 10001h0m0s is more than 10000h0m0s"},
 		{"think too long", []string{"-scenarios", "steady", "-algos", "rr", "-think", "10001h"}, "think time 10001h0m0s outside"},
 		{"outage outside one scenario", []string{"-algos", "rr", "-backends", "50ms:down=2m30s,150ms"}, "burst: backend 1 (50ms): outage at 2m30s outside the scenario's 2m20s"},
+		{"two backend lists", []string{"-backends", "50ms", "-backends-file", "x.csv"}, "-backends and -backends-file: give one"},
+		{"log format alone", []string{"-log-format", "$upstream_addr $upstream_response_time"}, "-log-format: only with -backends-file"},
+		{"no backends file", []string{"-backends-file", "testdata/none.csv"}, "no such file"},
+		{"malformed backends file", []string{"-backends-file", "../../sim/testdata/latencies-bad.csv"}, `latencies-bad.csv: sim: bad scenario: line 4: "130.2ms" is not a number`},
+		{"log format without upstream", []string{"-backends-file", "../../sim/testdata/access.log", "-log-format", "$remote_addr $status"}, "want $upstream_addr and $upstream_response_time"},
+		{"zero max requests", []string{"-max-requests", "0"}, "-max-requests: 0 is not positive"},
+		// A million users in every default scenario: hours, refused before
+		// anything starts, with the estimate.
+		{"too much work", []string{"-users", "1000000"}, "refusing to start: 120 runs would simulate up to 1.3e+11 requests (1000000 users at the peak)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errs := runArgs(tc.args...)
@@ -90,7 +104,7 @@ func TestRun(t *testing.T) {
 	args := []string{"-scenarios", "steady,failure", "-algos", "rr,leastconn,lrt", "-duration", "20s", "-proxies", "1,10", "-seed", "7"}
 	code, out, errs := runArgs(args...)
 	require.Equal(t, 0, code, errs)
-	assert.Contains(t, errs, "\rlbsim: 1/30 ")
+	assert.NotContains(t, errs, "\r", "stderr is not a terminal: no redrawn line")
 	assert.Contains(t, errs, "lbsim: 30 runs in ")
 	for _, want := range []string{"steady, 1 proxy:", "steady, 10 proxies:", "failure, 10 proxies:", "active+passive+retry", "leastconn", "lrt"} {
 		assert.Contains(t, out, want)
@@ -143,14 +157,29 @@ func TestLive(t *testing.T) {
 	assert.Contains(t, string(page), "<h3>Simulated vs live</h3>", "the page has the side-by-side table")
 	assert.Contains(t, string(page), "<svg")
 	assert.Contains(t, errs, "lbsim: live: 1 run, one at a time, about 1s; up to 333 requests/s of real time")
-	assert.Contains(t, errs, "\rlbsim: live 1/1 steady/none/rr ")
+	assert.NotContains(t, errs, "\r", "stderr is not a terminal: no redrawn line")
 	assert.Contains(t, errs, "lbsim: 1 live run in ")
+	assert.Contains(t, errs, "lbsim: live: the rig adds ", "the rig's overhead, measured first")
 	assert.True(t, strings.HasPrefix(out, "source: live, "), out)
 	assert.Contains(t, out, "every duration ×0.2")
 	assert.Contains(t, out, "steady, 1 proxy: 10 users for 5s, think 100ms")
 	assert.Contains(t, out, "steady, 1 proxy: simulated vs live (ratio = live/sim)")
 	assert.Contains(t, out, "RPS sim  RPS live  ratio")
 	assert.Contains(t, out, "\nrr ")
+}
+
+// A scale at which the rig's own overhead is a large part of the
+// backends' latencies is refused before anything is simulated: at 0.001
+// the 50 ms backend answers in 50 µs of real time, less than a request
+// through the proxy takes on loopback, and the message says which scale
+// would do.
+func TestLiveRefused(t *testing.T) {
+	code, out, errs := runArgs("-live", "-scale", "0.001", "-scenarios", "steady", "-algos", "rr", "-duration", "10s", "-users", "5")
+	assert.Equal(t, 2, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errs, "lbsim: live: the rig adds ")
+	assert.Regexp(t, `lbsim: -live: sim: bad scenario: at scale 0.001 the rig's own overhead, \S+ a request at light load \(measured just now\), is \d+% of the fastest backend's 50µs of real time: live figures would mean nothing; -scale \S+ or more would keep it under 10%`, errs)
+	assert.NotContains(t, errs, "runs in", "nothing was simulated")
 }
 
 // An interrupted live run stops and says so, with status 1.
@@ -241,4 +270,89 @@ func readmeAfter(t *testing.T, intro string) string {
 	_, after, found := strings.Cut(string(readme), intro)
 	require.True(t, found, "README.md no longer has %q", intro)
 	return after
+}
+
+// On a terminal the progress line is redrawn in place and erased at the
+// end; elsewhere lbsim writes a plain line when plainEvery has passed, and
+// never a carriage return.
+func TestProgress(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(0, 0)
+	p := &progress{w: &buf, tty: true, every: plainEvery, now: func() time.Time { return now }}
+	p.show("lbsim: 1/3 steady/none/rr")
+	p.show("lbsim: 2/3 x")
+	p.clear()
+	first, second := "lbsim: 1/3 steady/none/rr", "lbsim: 2/3 x"
+	assert.Equal(t, "\r"+first+"\r"+second+strings.Repeat(" ", len(first)-len(second))+"\r"+strings.Repeat(" ", len(second))+"\r", buf.String(),
+		"each line drawn over the last, padded to cover it, then erased")
+
+	buf.Reset()
+	p = &progress{w: &buf, every: plainEvery, now: func() time.Time { return now }, last: now}
+	for i := range 30 {
+		now = now.Add(time.Second)
+		p.show(fmt.Sprintf("lbsim: %d/30", i+1))
+	}
+	p.clear()
+	assert.Equal(t, "lbsim: 10/30\nlbsim: 20/30\nlbsim: 30/30\n", buf.String(), "a line every 10 s")
+}
+
+// -json and -csv write what the tables print, and more, to files that
+// read back: the command line, every flag, each figure.
+func TestJSONAndCSV(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath, csvPath := filepath.Join(dir, "out.json"), filepath.Join(dir, "out.csv")
+	code, out, errs := runArgs("-scenarios", "steady", "-algos", "rr,lrt", "-duration", "10s", "-json", jsonPath, "-csv", csvPath)
+	require.Equal(t, 0, code, errs)
+	data, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var doc struct {
+		Format  string            `json:"format"`
+		Command []string          `json:"command"`
+		Flags   map[string]string `json:"flags"`
+		Reports []struct {
+			Scenarios []struct {
+				Results []struct {
+					Algorithm string             `json:"algorithm"`
+					Figures   map[string]float64 `json:"figures"`
+				} `json:"results"`
+			} `json:"scenarios"`
+		} `json:"reports"`
+	}
+	require.NoError(t, json.Unmarshal(data, &doc))
+	assert.Equal(t, "lbsim/1", doc.Format)
+	assert.Equal(t, []string{"lbsim", "-scenarios", "steady", "-algos", "rr,lrt", "-duration", "10s", "-json", jsonPath, "-csv", csvPath}, doc.Command)
+	assert.Equal(t, "1", doc.Flags["seed"], "defaults too")
+	assert.Equal(t, "10s", doc.Flags["duration"])
+	res := doc.Reports[0].Scenarios[0].Results
+	require.Len(t, res, 2)
+	rps := strconv.FormatFloat(res[1].Figures["rps"], 'f', 1, 64)
+	assert.Contains(t, out, "\nlrt  ", "the table")
+	assert.Regexp(t, `\nlrt +`+regexp.QuoteMeta(rps)+` `, out, "the table prints the JSON's figure")
+
+	f, err := os.Open(csvPath)
+	require.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 1+2*(1+4), "header, then per run a row and 4 backends")
+	assert.Equal(t, "lrt", rows[6][4])
+	v, err := strconv.ParseFloat(rows[6][6], 64)
+	require.NoError(t, err)
+	assert.Equal(t, res[1].Figures["rps"], v)
+}
+
+// -backends-file gives the comparison for measured latencies: a CSV, or
+// an nginx access log with its log_format.
+func TestBackendsFile(t *testing.T) {
+	code, out, errs := runArgs("-scenarios", "steady", "-algos", "rr,leastconn", "-duration", "10s", "-backends-file", "../../sim/testdata/latencies.csv")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "per backend (share of attempts, mean and peak in flight): api-2/api-1/api-3")
+	assert.Regexp(t, `backends [0-9.]+ms:samples=[0-9]+:name=api-2,`, out)
+
+	format, err := os.ReadFile("../../sim/testdata/access.log.format")
+	require.NoError(t, err)
+	code, out, errs = runArgs("-scenarios", "steady", "-algos", "rr", "-duration", "10s",
+		"-backends-file", "../../sim/testdata/access.log", "-log-format", strings.TrimSpace(string(format)))
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "10.0.0.1:8080/10.0.0.2:8080/10.0.0.3:8080")
 }
