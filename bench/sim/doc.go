@@ -63,8 +63,8 @@
 //   - errors: user requests that failed: refused, or in flight on a
 //     backend when it died, with no retry left; or no backend to pick.
 //   - retries: attempts beyond each request's first.
-//   - RPS before, RPS after, change: successful throughput before the
-//     scenario's first outage and during it.
+//   - before, during, change: successful throughput (RPS) before the
+//     scenario's first outage and during it, and the change.
 //   - share %: each backend's share of attempts (refused ones included,
 //     so a black hole shows), in the order of the line above the table.
 //   - in flight, peak: time-weighted mean and maximum of requests at
