@@ -3,6 +3,7 @@ package sim_test
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/lbkit/lbkit/bench"
@@ -68,4 +69,38 @@ func ExampleSimulate() {
 	// Output:
 	// none                 errors 113817, RPS 425 before the kill, 14 after
 	// active+passive+retry errors      0, RPS 425 before the kill, 280 after
+}
+
+// Measured latencies, one sample a line, give each backend the empirical
+// distribution the simulator draws its service times from; the summary
+// then says which algorithm suits those backends.
+func ExampleReadLatencies() {
+	measured := `backend,latency_ms
+fast,12
+fast,15
+fast,480
+slow,95
+slow,110
+slow,120
+`
+	bs, err := sim.ReadLatencies(strings.NewReader(measured))
+	if err != nil {
+		panic(err)
+	}
+	for _, b := range bs {
+		fmt.Printf("%s: %d samples, median %v\n", b.Name, len(b.Samples), b.Latency)
+	}
+	sc := sim.Scenario{Name: "measured", Backends: bs, Users: 20, Stages: []sim.Stage{{Duration: time.Minute, Target: 20}}, Think: 50 * time.Millisecond}
+	rr, _ := bench.Lookup("rr")
+	lc, _ := bench.Lookup("leastconn")
+	rep, err := sim.Run([]sim.Scenario{sc}, []bench.Algorithm{rr, lc}, sim.Options{Seed: 1})
+	if err != nil {
+		panic(err)
+	}
+	s := rep.Summaries()[0]
+	fmt.Println("pick:", s.Standings[0].Algorithm)
+	// Output:
+	// fast: 3 samples, median 15ms
+	// slow: 3 samples, median 110ms
+	// pick: leastconn
 }
