@@ -65,6 +65,8 @@ ul.verdict{margin:.4em 0;padding-left:1.2em}ul.verdict li{margin:.15em 0}
 .legend i{display:inline-block;width:1.4em;height:.35em;margin-right:.3em;vertical-align:middle}
 .note{color:#555;font-size:13px}nav{margin:1em 0}nav a{margin-right:1em;white-space:nowrap;display:inline-block}
 details>summary{cursor:pointer;font-weight:600;margin:.6em 0}
+@media (max-width:640px){table.glance thead{display:none}table.glance tr{display:block;border-bottom:1px solid #ddd;padding:.3em 0}
+table.glance td{display:block;border:0;white-space:normal;padding:.1em .3em}table.glance td[data-h]:before{content:attr(data-h) ": ";color:#666}}
 </style></head><body>
 `)
 	fmt.Fprintf(bw, "<h1>lbsim report</h1>\n<p class=\"note\">Source: %s; seed %d.</p>\n", esc(r.Source), r.Seed)
@@ -112,7 +114,7 @@ func (r *Report) writeGlance(w *bufio.Writer) {
 		return
 	}
 	esc := html.EscapeString
-	w.WriteString("<h3>Every scenario at a glance</h3>\n<div class=\"wide\"><table><thead><tr><th>scenario</th>")
+	w.WriteString("<h3>Every scenario at a glance</h3>\n<div class=\"wide\"><table class=\"glance\"><thead><tr><th>scenario</th>")
 	var heads []string
 	for _, m := range Metrics() {
 		if m.Leader != "" {
@@ -136,9 +138,9 @@ func (r *Report) writeGlance(w *bufio.Writer) {
 					cell = names(l.Algorithms, sr.algorithms()) + ", " + valueText(&l.Metric, l.Value)
 				}
 			}
-			fmt.Fprintf(w, "<td>%s</td>", esc(cell))
+			fmt.Fprintf(w, `<td data-h="%s">%s</td>`, esc(h), esc(cell))
 		}
-		fmt.Fprintf(w, "<td class=\"wrap\">%s</td></tr>\n", esc(v.TradeOff))
+		fmt.Fprintf(w, "<td class=\"wrap\" data-h=\"trade-off\">%s</td></tr>\n", esc(v.TradeOff))
 	}
 	w.WriteString("</tbody></table></div>\n")
 }
