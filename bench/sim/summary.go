@@ -280,7 +280,11 @@ func (st *Standing) shortfall() string {
 			parts = append(parts, fmt.Sprintf("%.0f%% of the %s", 100*q.Value, m.Leader))
 		default:
 			first, _, _ := strings.Cut(m.Leader, " ")
-			parts = append(parts, fmt.Sprintf("a %s %s× the %s", noun(m), times(1/q.Value), first))
+			article := "a"
+			if n := noun(m); n != "" && strings.ContainsRune("aeiou", rune(n[0])) {
+				article = "an"
+			}
+			parts = append(parts, fmt.Sprintf("%s %s %s× the %s", article, noun(m), times(1/q.Value), first))
 		}
 	}
 	if len(parts) == 0 {

@@ -188,3 +188,32 @@ func TestVerdictFollowsBackends(t *testing.T) {
 	require.NoError(t, rep2.WriteText(&text))
 	assert.Contains(t, text.String(), "  use leastconn: ")
 }
+
+// A scenario's own figure slots in by name: a column of the table, a
+// ranked line of the verdict, a key of the JSON figures and a CSV column,
+// with no change to any writer. Here attempts per request, as a hedging
+// scenario would report its load amplification.
+func TestExtraMetric(t *testing.T) {
+	sc := scenario(t, "steady")
+	sc.Metrics = []sim.Metric{{Name: "attempts_per_request", Label: "att/req", Unit: "attempts", Better: sim.Lower, Leader: "least amplification", Decimals: 2}}
+	ms := time.Millisecond
+	a, b := fake("hedged", sim.None, 500, 300*ms, 0), fake("plain", sim.None, 400, 500*ms, 0)
+	a.Extra = []sim.Figure{{Name: "attempts_per_request", Value: 1.3}}
+	b.Extra = []sim.Figure{{Name: "attempts_per_request", Value: 1.0}}
+	sr := sim.ScenarioReport{Scenario: sc, Proxies: 1, Results: []sim.Result{a, b}}
+	v := sr.Verdict()
+	assert.Equal(t, []string{"plain"}, leaders(v)["attempts_per_request"])
+	assert.Contains(t, v.Lines(2), "least amplification: plain, 1.00 (next hedged, 1.30)")
+
+	rep := &sim.Report{Source: "simulation", Scenarios: []sim.ScenarioReport{sr}}
+	var text, js, csv strings.Builder
+	require.NoError(t, rep.WriteText(&text))
+	assert.Regexp(t, `errors +att/req`, text.String(), "a column after the standard ones")
+	assert.Regexp(t, `\nhedged .* 1\.30\n`, text.String())
+	assert.Contains(t, text.String(), "use hedged: at worst (steady) an amplification 1.3× the least", "the summary ranks by it too")
+	doc := &sim.Document{Reports: []*sim.Report{rep}}
+	require.NoError(t, doc.WriteJSON(&js))
+	assert.Contains(t, js.String(), `"attempts_per_request": 1.3`)
+	require.NoError(t, doc.WriteCSV(&csv))
+	assert.Contains(t, strings.SplitN(csv.String(), "\n", 2)[0], ",attempts_per_request,")
+}
