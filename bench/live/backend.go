@@ -53,6 +53,10 @@ type backend struct {
 	rng   *rand.Rand
 	srv   *http.Server // the current life; nil while dead
 	spans []span
+	// The service times' timers: how late they fired in all (real ns),
+	// and how many fired.
+	late  int64
+	fired int64
 }
 
 // start listens on a fresh loopback port and serves.
@@ -153,6 +157,7 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	b.mu.Lock()
 	d := b.spec.ServiceTime(b.rng)
 	b.mu.Unlock()
+	asleep := time.Now()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -160,6 +165,11 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case <-ctx.Done():
 		return // killed, or the proxy gave up, while in service
 	}
+	late := time.Since(asleep) - d
+	b.mu.Lock()
+	b.late += int64(max(late, 0))
+	b.fired++
+	b.mu.Unlock()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write(okBody)
 }

@@ -140,3 +140,23 @@ func TestScaleSamples(t *testing.T) {
 	assert.Equal(t, []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 45 * time.Millisecond}, out.Backends[0].Samples)
 	assert.Equal(t, 90*time.Millisecond, sc.Backends[0].Samples[2], "the scenario given is untouched")
 }
+
+// A live run reports what the rig added, in the scenario's time base:
+// how late the backends' timers fired, and the clients' wait beyond the
+// time at the backends.
+func TestRigFigures(t *testing.T) {
+	ms := int64(time.Millisecond)
+	r := &run{scale: 0.5, backends: []*backend{
+		{late: 3 * ms, fired: 3, spans: []span{{0, 10 * ms}, {0, 20 * ms}}},
+		{late: 1 * ms, fired: 1, spans: []span{{5 * ms, 35 * ms}}},
+	}}
+	// Timers 1 ms late on average, real: 2 ms of the scenario's. Requests
+	// spent 20 ms at a backend, real: 40 ms; the clients waited 43 ms.
+	got := r.rig(43 * time.Millisecond)
+	require.Len(t, got, 2)
+	assert.Equal(t, "rig_late_ms", got[0].Name)
+	assert.InDelta(t, 2, got[0].Value, 1e-9)
+	assert.Equal(t, "rig_proxy_ms", got[1].Name)
+	assert.InDelta(t, 3, got[1].Value, 1e-9)
+	assert.Len(t, RigMetrics(), 2, "each figure is declared as a metric of the live report")
+}

@@ -99,6 +99,7 @@ func Run(ctx context.Context, scenarios []sim.Scenario, algos []bench.Algorithm,
 	for _, m := range proxies {
 		for _, sc := range scenarios {
 			sr := sim.ScenarioReport{Scenario: sc, Proxies: m}
+			sr.Scenario.Metrics = append(slices.Clone(sc.Metrics), RigMetrics()...)
 			for _, v := range sc.RunVariants() {
 				for _, a := range algos {
 					r, err := play(ctx, sc, v, a, m, f, opt.Seed, func(p Progress) {

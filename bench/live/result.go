@@ -71,6 +71,7 @@ func (r *run) result(algo string, v sim.Variant, proxies int) sim.Result {
 		}
 		res.Series.InFlight[i], res.Series.RPS[i], res.Series.PeakInFlight[i] = in, rps, stepPeak
 	}
+	res.Extra = r.rig(res.Mean)
 	if o, ok := r.orig.FirstOutage(); ok {
 		fr := &sim.FailureResult{Outage: o}
 		until := length
@@ -164,6 +165,46 @@ func (r *run) usersSeries(step time.Duration) []int {
 			}
 		}
 		out[k] = active
+	}
+	return out
+}
+
+// RigMetrics are the figures of its own a live report adds to each
+// scenario's (see Run): what the rig itself added to the requests, in
+// the scenario's time base, so that every live row says how far it can
+// be taken for the backends'.
+func RigMetrics() []sim.Metric {
+	return []sim.Metric{
+		{Name: "rig_late_ms", Label: "late ms", Unit: "ms", Better: sim.Lower, Decimals: 1},
+		{Name: "rig_proxy_ms", Label: "proxy ms", Unit: "ms", Better: sim.Lower, Decimals: 1},
+	}
+}
+
+// rig returns the run's RigMetrics: how late the backends' service-time
+// timers fired on average, and how much longer the clients waited than
+// the requests spent at the backends (proxy, loopback, scheduling: the
+// client's mean latency less the mean time a request spent at a
+// backend, queueing included), both divided by the scale.
+func (r *run) rig(mean time.Duration) []sim.Figure {
+	var late, fired, at, spans float64
+	for _, b := range r.backends {
+		b.mu.Lock()
+		late += float64(b.late)
+		fired += float64(b.fired)
+		for _, s := range b.spans {
+			at += float64(s.to - s.from)
+		}
+		spans += float64(len(b.spans))
+		b.mu.Unlock()
+	}
+	ms := func(ns float64) float64 { return ns / r.scale / float64(time.Millisecond) }
+	var out []sim.Figure
+	if fired > 0 {
+		out = append(out, sim.Figure{Name: "rig_late_ms", Value: ms(late / fired)})
+	}
+	if spans > 0 && mean > 0 {
+		// mean is already in the scenario's time base.
+		out = append(out, sim.Figure{Name: "rig_proxy_ms", Value: max(float64(mean)/float64(time.Millisecond)-ms(at/spans), 0)})
 	}
 	return out
 }
