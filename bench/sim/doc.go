@@ -255,11 +255,15 @@
 // work (load average 7 to 18), with /usr/bin/time -v:
 //
 //   - go run ./bench/cmd/lbsim (120 runs of 13,000 to 120,000 requests):
-//     1.1 s, 18 MB peak RSS, the HTML report (4.6 MB) included.
+//     1.1 s at load average 18, 2.5 s at 15; 18 MB peak RSS; with -html
+//     (a 4.6 MB page) 1.1 s.
 //   - lbsim -users 100000 -scenarios steady -algos rr (51 million
-//     requests): 5.3 s at load average 7, 16.4 s at 12; 32 MB peak RSS.
+//     requests): 5.8 to 6.5 s of CPU; 5.3 s of wall-clock time at load
+//     average 7, 16.4 s at 12, 23.4 s at 15 to 17 (the process got 27% of
+//     a core); 32 MB peak RSS.
 //   - lbsim -users 1000000 -scenarios steady -algos rr (514 million
-//     requests): 2 min 59 s at load average 12, 187 MB peak RSS.
+//     requests): 68 s of CPU, 2 min 59 s at load average 12; 187 MB peak
+//     RSS.
 //   - lbsim -users 1000000 (every scenario): refused, "120 runs would
 //     simulate up to 1.3e+11 requests ... about 1h48m to 5h24m of work".
 //
