@@ -466,9 +466,9 @@ func readBackends(path, format string) ([]sim.Backend, error) {
 }
 
 // checkWork refuses, before anything starts, runs that would simulate
-// more than max requests (Scenario.Requests, an estimate): memory stays
+// more than limit requests (Scenario.Requests, an estimate): memory stays
 // bounded whatever the number (sim.Scenario.RunBytes), but time does not.
-func checkWork(cfg *config, max float64) error {
+func checkWork(cfg *config, limit float64) error {
 	var total float64
 	runs, peak := 0, 0
 	for range cfg.opt.Proxies {
@@ -477,10 +477,10 @@ func checkWork(cfg *config, max float64) error {
 			n := len(sc.RunVariants()) * len(cfg.algos)
 			runs += n
 			total += float64(n) * sc.Requests()
-			peak = maxInt(peak, sc.PeakUsers())
+			peak = max(peak, sc.PeakUsers())
 		}
 	}
-	if total <= max {
+	if total <= limit {
 		return nil
 	}
 	cores := float64(runtime.GOMAXPROCS(0))
@@ -489,14 +489,7 @@ func checkWork(cfg *config, max float64) error {
 		"Ask for less (-scenarios, -algos, fewer -proxies, a shorter -duration) or raise -max-requests",
 		plural(runs, "run", "runs"), total, peak,
 		(time.Duration(total*0.1e3/cores) * time.Nanosecond).Round(time.Second),
-		(time.Duration(total*0.3e3/cores) * time.Nanosecond).Round(time.Second), int(cores), max)
-}
-
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
+		(time.Duration(total*0.3e3/cores) * time.Nanosecond).Round(time.Second), int(cores), limit)
 }
 
 // choose returns the items of all named in list (comma-separated, in list
