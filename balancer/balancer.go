@@ -21,6 +21,10 @@ var (
 	ErrDuplicateID = errors.New("balancer: duplicate backend ID")
 	// ErrBadWeight reports a weight outside [1, MaxWeight].
 	ErrBadWeight = errors.New("balancer: weight out of range")
+	// ErrBadAddr reports an address given as text that is not host:port
+	// with a port from 1 to 65535, or whose host is neither an IP address
+	// nor a name (see CanonicalAddr).
+	ErrBadAddr = errors.New("balancer: bad address")
 	// ErrBadKey reports an affinity key a picker cannot use, such as a
 	// client address that does not parse.
 	ErrBadKey = errors.New("balancer: bad affinity key")

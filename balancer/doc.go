@@ -57,6 +57,12 @@
 // weight pairs. Its methods are safe on a nil *Endpoint, which has the empty
 // ID: passed to Done it is an unknown backend, and Update refuses it.
 //
+// Where addresses arrive as text (flags, a configuration file), pass them
+// through [CanonicalAddrs] first: it spells each the one way (127.0.0.1:080
+// is 127.0.0.1:80, [0:0::1]:80 is [::1]:80) and refuses two spellings of
+// one address, which Update would otherwise take for two backends, giving
+// the server behind them a double share and two health records.
+//
 // # Contracts
 //
 // A [Picker] has one method, Pick([Request]) (Backend, error). It never

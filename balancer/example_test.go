@@ -1,6 +1,7 @@
 package balancer_test
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -90,4 +91,19 @@ func ExampleValidate() {
 	})
 	fmt.Println(err)
 	// Output: balancer: duplicate backend ID "10.0.0.1:80" at positions 0 and 1
+}
+
+// ExampleCanonicalAddrs reads backend addresses given as text: each is
+// spelled the one way, and two spellings of one address are refused.
+func ExampleCanonicalAddrs() {
+	ids, err := balancer.CanonicalAddrs([]string{"10.0.0.1:080", "[0:0::1]:8080", "API.internal:443"})
+	fmt.Println(ids, err)
+
+	_, err = balancer.CanonicalAddrs([]string{"127.0.0.1:80", "127.0.0.1:080"})
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, balancer.ErrDuplicateID))
+	// Output:
+	// [10.0.0.1:80 [::1]:8080 api.internal:443] <nil>
+	// balancer: duplicate backend ID: "127.0.0.1:80" at position 0 and "127.0.0.1:080" at position 1 are both 127.0.0.1:80
+	// true
 }
