@@ -60,6 +60,10 @@ type RefresherConfig struct {
 // Backends are balancer.Endpoints of weight 1 whose IDs are
 // "address:port" ("10.0.0.7:8080", "[2001:db8::7]:8080"), sorted, so the
 // same answer gives the same set whatever order the resolver returns it in.
+// The IDs are spelled as balancer.CanonicalAddr spells them (an
+// IPv4-mapped address as its IPv4 address), so that two spellings of one
+// address in an answer are one backend, and a static set spelled that way
+// keeps its IDs when it moves to DNS.
 //
 // Start runs the refreshing goroutine; Close (or the end of Start's
 // context) stops it and waits for it. Refresh resolves once, now. All

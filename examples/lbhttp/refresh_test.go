@@ -123,6 +123,25 @@ func TestRefresh(t *testing.T) {
 	assert.Equal(t, "ip api.internal", res.hosts[0])
 }
 
+// TestRefreshAliases checks that spellings of one address in an answer
+// (an IPv6 address written two ways, an IPv4-mapped IPv6 address and the
+// IPv4 address it maps) become one backend, whose ID is the canonical
+// spelling balancer.CanonicalAddr gives: the resolver answers netip.Addr
+// values, which have one form each.
+func TestRefreshAliases(t *testing.T) {
+	res := &fakeResolver{answers: []answer{{addrs: []string{"0:0::1", "::1", "::ffff:10.0.0.1", "10.0.0.1", "2001:DB8::A"}}}}
+	p := &updateCounter{Picker: rr.New()}
+	r, err := lbhttp.NewRefresher(p, lbhttp.RefresherConfig{Host: "api.internal", Port: 80, Resolver: res})
+	require.NoError(t, err)
+	require.NoError(t, r.Refresh(context.Background()))
+	assert.Equal(t, []string{"10.0.0.1:80", "[2001:db8::a]:80", "[::1]:80"}, r.Addrs())
+	for _, id := range r.Addrs() {
+		c, err := balancer.CanonicalAddr(id)
+		require.NoError(t, err)
+		assert.Equal(t, c, id, "the ID is canonical")
+	}
+}
+
 // TestRefreshOverlap runs two Refreshes at once: the older lookup is held
 // until the newer one has finished. The newer answer must stay, even when
 // it changed nothing; the older applies only when the newer lookup failed.

@@ -12,7 +12,8 @@
 // Flags:
 //
 //	-listen addr            where to serve (default 127.0.0.1:8080)
-//	-backends list          host:port[=weight],... a static set
+//	-backends list          host:port[=weight],... a static set; two spellings of
+//	                        one address (127.0.0.1:80, 127.0.0.1:080) are refused
 //	-dns host:port          resolve host every -dns-interval instead (default 30s,
 //	                        at least 1s)
 //	-algo name              a name of bench.Algorithms(): rr, wrr, leastconn,

@@ -32,7 +32,8 @@ type Config struct {
 	// Listen is the address the proxy serves on (-listen).
 	Listen string
 	// Backends is the static set (-backends): balancer.Endpoints whose ID
-	// is "host:port", with their weights. Nil when DNSHost is set.
+	// is "host:port" as balancer.CanonicalAddr spells it, with their
+	// weights. Nil when DNSHost is set.
 	Backends []balancer.Backend
 	// DNSHost is the name resolved for the backends (-dns), every
 	// DNSInterval (-dns-interval, at least MinDNSInterval), each lookup
@@ -200,9 +201,16 @@ func algoNames() []string {
 	return names
 }
 
-// parseBackends reads "host:port[=weight],...".
+// parseBackends reads "host:port[=weight],...". Each address becomes an
+// Endpoint ID in balancer.CanonicalAddr's spelling, and two spellings of
+// one address (127.0.0.1:80 and 127.0.0.1:080) are refused, both named:
+// taken for two backends, the server behind them would get a double share
+// and two health records.
 func parseBackends(s string) ([]balancer.Backend, error) {
-	var bs []balancer.Backend
+	var (
+		addrs   []string
+		weights []int
+	)
 	for item := range strings.SplitSeq(s, ",") {
 		item = strings.TrimSpace(item)
 		addr, w, hasWeight := strings.Cut(item, "=")
@@ -217,7 +225,16 @@ func parseBackends(s string) ([]balancer.Backend, error) {
 			}
 			weight = n
 		}
-		bs = append(bs, balancer.NewEndpoint(addr, weight))
+		addrs = append(addrs, addr)
+		weights = append(weights, weight)
+	}
+	ids, err := balancer.CanonicalAddrs(addrs)
+	if err != nil {
+		return nil, err
+	}
+	bs := make([]balancer.Backend, len(ids))
+	for i, id := range ids {
+		bs[i] = balancer.NewEndpoint(id, weights[i])
 	}
 	if err := balancer.Validate(bs); err != nil {
 		return nil, err

@@ -40,6 +40,8 @@ func TestParseErrors(t *testing.T) {
 		{"zero weight", []string{"-backends", "a:1=0"}, `-backends: "a:1=0": weight "0" is not a whole number from 1 to 1000000`},
 		{"weight too big", []string{"-backends", "a:1=1000001"}, `weight "1000001" is not a whole number`},
 		{"duplicate", []string{"-backends", "a:1,a:1"}, "-backends: balancer: duplicate backend ID"},
+		{"octal host", []string{"-backends", "127.0.0.01:80"}, `-backends: balancer: bad address "127.0.0.01:80": host "127.0.0.01" is neither an IPv4 address`},
+		{"bad IPv6 host", []string{"-backends", "[::g]:80"}, `-backends: balancer: bad address "[::g]:80": host "::g" is not an IPv6 address`},
 		{"bad dns", []string{"-dns", "api.internal"}, `-dns: "api.internal" is not host:port`},
 		{"bad dns port", []string{"-dns", "api.internal:x"}, `-dns: "api.internal:x": port "x" is not a number`},
 		{"bad dns interval", []string{"-dns", "api.internal:80", "-dns-interval", "0s"}, "-dns-interval: 0s is below the minimum of 1s"},
@@ -172,4 +174,38 @@ func TestKeyFunc(t *testing.T) {
 		c := Config{Key: tt.key, TrustedProxies: trusted}
 		assert.Equal(t, tt.want, c.KeyFunc()(r), "%+v", tt)
 	}
+}
+
+// TestParseAliases checks that two spellings of one address are refused as
+// one backend listed twice, with both spellings named: otherwise the server
+// behind them gets a double share and two health records.
+func TestParseAliases(t *testing.T) {
+	tests := []struct {
+		name, backends string
+		want           []string
+	}{
+		{"port with a leading zero", "127.0.0.1:80,127.0.0.1:080", []string{`"127.0.0.1:80"`, `"127.0.0.1:080"`}},
+		{"IPv6 spelled long", "[::1]:80,[0:0::1]:80", []string{`"[::1]:80"`, `"[0:0::1]:80"`}},
+		{"IPv6 in capitals", "[2001:db8::a]:80,[2001:DB8::A]:80", []string{`"[2001:db8::a]:80"`, `"[2001:DB8::A]:80"`}},
+		{"IPv4-mapped IPv6", "10.0.0.1:80,[::ffff:10.0.0.1]:80", []string{`"10.0.0.1:80"`, `"[::ffff:10.0.0.1]:80"`}},
+		{"name in capitals", "api.internal:80,API.Internal:80", []string{`"api.internal:80"`, `"API.Internal:80"`}},
+		{"weights differ", "127.0.0.1:80=2,127.0.0.1:0080=3", []string{`"127.0.0.1:80"`, `"127.0.0.1:0080"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewFlags("p").Parse([]string{"-backends", tt.backends}, io.Discard)
+			require.ErrorIs(t, err, balancer.ErrDuplicateID)
+			for _, w := range tt.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+
+	// One spelling of each is accepted, and becomes the canonical ID.
+	c, err := NewFlags("p").Parse([]string{"-backends", "127.0.0.1:080,[0:0::1]:80=2,[::ffff:10.0.0.1]:81,API.Internal:82"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, balancer.WeightedEndpoints(
+		balancer.Weighted{Addr: "127.0.0.1:80", Weight: 1}, balancer.Weighted{Addr: "[::1]:80", Weight: 2},
+		balancer.Weighted{Addr: "10.0.0.1:81", Weight: 1}, balancer.Weighted{Addr: "api.internal:82", Weight: 1},
+	), c.Backends)
 }
