@@ -408,6 +408,8 @@ func TestBadResolverUpdate(t *testing.T) {
 		{"listed twice, other weight", append(endpoints(bs[:2], 1, 2), endpoints(bs[1:2], 3)...), lbk.ErrDuplicateID},
 		{"an address twice in one endpoint", []resolver.Endpoint{
 			{Addresses: []resolver.Address{{Addr: bs[0].addr}, {Addr: bs[0].addr}}}}, lbk.ErrDuplicateID},
+		{"an address spelled two ways", append(endpoints(bs[:2]), resolver.Endpoint{Addresses: []resolver.Address{
+			{Addr: strings.Replace(bs[0].addr, ":", ":0", 1)}}}), lbk.ErrDuplicateID}, // 127.0.0.1:0PORT
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {

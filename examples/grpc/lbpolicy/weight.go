@@ -60,8 +60,18 @@ func endpointID(ep resolver.Endpoint) string {
 // order, and which of two listings it keeps changes from one resolver
 // update to the next; lbkit's ID is the first address. An endpoint listed
 // twice exactly is allowed: endpointsharding keeps one.
+//
+// Addresses are compared as balancer.CanonicalAddr spells them (those
+// that are host:port; a unix socket path as it is), so that two spellings
+// of one address (127.0.0.1:80 and 127.0.0.1:080), which gRPC would dial
+// as two connections to one server, giving it a double share, are refused
+// too, with both named.
 func checkEndpoints(eps []resolver.Endpoint) error {
-	owner := make(map[string]int, len(eps)) // address → first endpoint holding it
+	type first struct {
+		ep   int    // the first endpoint holding the address
+		addr string // its spelling there
+	}
+	owner := make(map[string]first, len(eps)) // by canonical address
 	for i, ep := range eps {
 		id := endpointID(ep)
 		if id == "" {
@@ -72,16 +82,21 @@ func checkEndpoints(eps []resolver.Endpoint) error {
 			return fmt.Errorf("lbpolicy: endpoint %q: weight %d: %w", id, w, lbk.ErrBadWeight)
 		}
 		for _, a := range ep.Addresses {
-			j, dup := owner[a.Addr]
-			if !dup {
-				owner[a.Addr] = i
-				continue
+			key := a.Addr
+			if c, err := lbk.CanonicalAddr(a.Addr); err == nil {
+				key = c
 			}
-			if j == i {
+			f, dup := owner[key]
+			switch {
+			case !dup:
+				owner[key] = first{i, a.Addr}
+			case f.addr != a.Addr:
+				return fmt.Errorf("lbpolicy: %q in endpoint %q and %q in endpoint %q are both %s: %w",
+					f.addr, endpointID(eps[f.ep]), a.Addr, id, key, lbk.ErrDuplicateID)
+			case f.ep == i:
 				return fmt.Errorf("lbpolicy: endpoint %q: address %q listed twice: %w", id, a.Addr, lbk.ErrDuplicateID)
-			}
-			if !sameAddrs(eps[j], ep) || WeightOf(eps[j]) != w {
-				return fmt.Errorf("lbpolicy: endpoints %q and %q share address %q: %w", endpointID(eps[j]), id, a.Addr, lbk.ErrDuplicateID)
+			case !sameAddrs(eps[f.ep], ep) || WeightOf(eps[f.ep]) != w:
+				return fmt.Errorf("lbpolicy: endpoints %q and %q share address %q: %w", endpointID(eps[f.ep]), id, a.Addr, lbk.ErrDuplicateID)
 			}
 		}
 	}
