@@ -99,6 +99,42 @@
 // A picker sees only the backends it was given; it never consults health
 // itself. Health hands it a new set when eligibility changes.
 //
+// # Decorators
+//
+// A decorator (health, lbkit's Prometheus metrics, one of your own) wraps a
+// picker and is one: Pick, Done and Update go to the outermost layer, which
+// passes them on. The caller holds only that layer, so a decorator is
+// transparent, and these are the rules every decorator in lbkit keeps:
+//
+//   - It has Start ([Starter]) and Close (io.Closer), and they reach the
+//     picker inside: Start starts its own work (if any) and then the
+//     inner picker's, if that has a Start, with a context that ends when
+//     its own does; Close stops its own work and then closes the inner
+//     picker, if that has a Close. A decorator without work of its own
+//     still has both, to pass them on, and around a picker without them
+//     both succeed. Start and Close the outermost layer, never an inner
+//     one.
+//   - It has Unwrap ([Unwrapper]), which returns the picker inside. [As]
+//     walks the stack by Unwrap and finds a layer by its type, so that
+//     admin methods of an inner layer (health's Drain, Maintenance, Enable,
+//     View) are reached from the top, whatever the stacking.
+//
+// For example, with metrics around health or health around metrics:
+//
+//	h, ok := balancer.As[*health.Balancer](lb)
+//	if ok {
+//		err = h.Drain("10.0.0.1:8080")
+//	}
+//
+// balancertest.RunDecorator checks these rules for any decorator.
+//
+// Admin methods are not forwarded one by one: a decorator cannot know
+// every method of every picker it may wrap, and a forwarded method that
+// answers "not supported" for most inners says less than As's false. This
+// is the shape of errors.Unwrap with errors.AsType, and of
+// http.ResponseController, which reaches a ResponseWriter's optional
+// methods through its wrappers' Unwrap.
+//
 // # Shared state
 //
 // [Registry] keeps one state value per backend ID across updates, so an

@@ -30,6 +30,18 @@
 // 64 and 1024 backends by default, serial and parallel: the harness every
 // lbkit algorithm and package bench use.
 //
+// A decorator (a picker that wraps another, as health does) also runs
+// RunDecorator, which checks the rules of balancer's doc, "Decorators":
+// its Start and Close reach the picker inside, and balancer.As finds that
+// picker through its Unwrap (checks Start, Close, Unwrap and Plain; see
+// TestDecorator):
+//
+//	func TestDecorator(t *testing.T) {
+//		balancertest.RunDecorator(t, func(inner balancer.Balancer) (balancer.Balancer, error) {
+//			return mydecorator.New(inner)
+//		})
+//	}
+//
 // # Checks
 //
 // The 15 checks, each a subtest of that name:
