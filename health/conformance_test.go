@@ -38,3 +38,11 @@ func TestConformance(t *testing.T) {
 		}
 	}
 }
+
+// Health is a transparent decorator: Start, Close and Unwrap reach the
+// picker inside (balancer's doc, "Decorators").
+func TestConformanceDecorator(t *testing.T) {
+	balancertest.RunDecorator(t, func(inner balancer.Balancer) (balancer.Balancer, error) {
+		return health.New(inner, health.Config{})
+	})
+}

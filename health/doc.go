@@ -29,7 +29,12 @@
 //     or context.Canceled): not a failure, not a success. Config.IsFailure
 //     changes what counts.
 //   - Call Start, and Close when done. See "Who applies a change" for what
-//     happens without Start.
+//     happens without Start. Both reach the inner picker too (a metrics
+//     decorator inside, say), and when health sits inside another
+//     decorator, Start and Close that one: every lbkit decorator passes
+//     them on (balancer's doc, "Decorators"). From the top of any stack,
+//     balancer.As[*health.Balancer](lb) finds health for Drain,
+//     Maintenance, Enable and View.
 //
 // # What takes a backend out
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"sync"
@@ -62,17 +63,21 @@ type Balancer struct {
 	delivering bool
 
 	// Guarded by life: the goroutines this Balancer started.
-	life     sync.Mutex
-	running  bool // Start was called
-	closed   bool // Close was called or Start's context ended
-	ctx      context.Context
-	cancel   context.CancelFunc
-	routines sync.WaitGroup
+	life        sync.Mutex
+	running     bool // Start was called
+	closed      bool // Close was called or Start's context ended
+	innerClosed bool // Close has closed the inner picker
+	ctx         context.Context
+	cancel      context.CancelFunc
+	routines    sync.WaitGroup
 }
 
 var (
-	_ balancer.Balancer = (*Balancer)(nil)
-	_ balancer.Feedback = (*Balancer)(nil)
+	_ balancer.Balancer  = (*Balancer)(nil)
+	_ balancer.Feedback  = (*Balancer)(nil)
+	_ balancer.Starter   = (*Balancer)(nil)
+	_ balancer.Unwrapper = (*Balancer)(nil)
+	_ io.Closer          = (*Balancer)(nil)
 )
 
 // noDue marks that no timed transition is scheduled.
@@ -978,6 +983,12 @@ func (h *Balancer) View() View {
 // and timed transitions as they come. Cancelling ctx or calling Close
 // stops them all; Close also waits for them. Start returns an error
 // wrapping ErrStarted if called twice, or ErrClosed after Close.
+//
+// Then, as every decorator does (see balancer's doc, "Decorators"), Start
+// starts the inner picker with ctx if it has a Start method
+// (balancer.Starter): a metrics decorator, or another decorator with work
+// of its own. Its error is returned, wrapped; health's own work is running
+// by then, and Close stops both.
 func (h *Balancer) Start(ctx context.Context) error {
 	h.life.Lock()
 	switch {
@@ -999,19 +1010,47 @@ func (h *Balancer) Start(ctx context.Context) error {
 		h.startProber(n)
 	}
 	h.mu.Unlock()
+
+	if s, ok := h.inner.(balancer.Starter); ok {
+		if err := s.Start(ctx); err != nil {
+			return fmt.Errorf("health: start: the inner picker: %w", err)
+		}
+	}
 	return nil
 }
 
 // Close stops every goroutine the Balancer started and waits for them to
-// return: probes in progress are cancelled through their context. Pick,
-// Done, Update and Apply keep working after Close, with no background
-// work: call Apply to apply changes. Close is idempotent. It must not be
-// called from OnChange.
+// return: probes in progress are cancelled through their context. Then it
+// closes the inner picker, if that has a Close method (io.Closer), once:
+// a later Close does not close it again. It returns the inner Close's
+// error, wrapped. Pick, Done, Update and Apply keep working after Close,
+// with no background work: call Apply to apply changes. Close is
+// idempotent. It must not be called from OnChange.
 func (h *Balancer) Close() error {
 	h.shutdown()
 	h.routines.Wait()
+	c, ok := h.inner.(io.Closer)
+	if !ok {
+		return nil
+	}
+	h.life.Lock()
+	done := h.innerClosed
+	h.innerClosed = true
+	h.life.Unlock()
+	if done {
+		return nil
+	}
+	if err := c.Close(); err != nil {
+		return fmt.Errorf("health: close: the inner picker: %w", err)
+	}
 	return nil
 }
+
+// Unwrap returns the picker health wraps, so that balancer.As finds it, or
+// a layer inside it, through health: for its admin methods. Give the set
+// to health's Update, never to the inner picker's, and Start and Close
+// health, which start and close the inner picker.
+func (h *Balancer) Unwrap() balancer.Picker { return h.inner }
 
 func (h *Balancer) shutdown() {
 	h.life.Lock()
