@@ -1,6 +1,7 @@
 package lbmetrics
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,10 +45,24 @@ type Balancer struct {
 }
 
 var (
-	_ balancer.Balancer = (*Balancer)(nil)
-	_ balancer.Feedback = (*Balancer)(nil)
-	_ io.Closer         = (*Balancer)(nil)
+	_ balancer.Balancer  = (*Balancer)(nil)
+	_ balancer.Feedback  = (*Balancer)(nil)
+	_ balancer.Starter   = (*Balancer)(nil)
+	_ balancer.Unwrapper = (*Balancer)(nil)
+	_ io.Closer          = (*Balancer)(nil)
 )
+
+// Start starts the wrapped balancer if it has a Start method
+// (health.Balancer has: its probes and its applier), so that a decorated
+// stack is started from the top; otherwise it does nothing. The decorator
+// has no background work of its own. Start returns the wrapped Start's
+// error as it is.
+func (b *Balancer) Start(ctx context.Context) error {
+	if s, ok := b.inner.(balancer.Starter); ok {
+		return s.Start(ctx)
+	}
+	return nil
+}
 
 // Close closes the wrapped balancer if it has a Close method
 // (health.Balancer has: it stops its probes and its applier), so that a
@@ -60,6 +75,18 @@ func (b *Balancer) Close() error {
 	}
 	return nil
 }
+
+// Unwrap returns the wrapped balancer, so that balancer.As finds it, or a
+// layer inside it, through the decorator: for health's Drain,
+// Maintenance, Enable and View, say.
+//
+//	if h, ok := balancer.As[*health.Balancer](lb); ok {
+//		err = h.Drain("10.0.0.1:8080")
+//	}
+//
+// Give the backends to the decorator's Update, never to the wrapped
+// balancer's: the metrics learn them only there.
+func (b *Balancer) Unwrap() balancer.Picker { return b.inner }
 
 // snapshot is an immutable map from backend ID to series.
 type snapshot struct {

@@ -58,3 +58,15 @@ func TestConformanceHealth(t *testing.T) {
 		return b
 	})
 }
+
+// The decorator is transparent: Start, Close and Unwrap reach the picker
+// inside (balancer's doc, "Decorators").
+func TestConformanceDecorator(t *testing.T) {
+	balancertest.RunDecorator(t, func(inner balancer.Balancer) (balancer.Balancer, error) {
+		m, err := lbmetrics.New(lbmetrics.Config{})
+		if err != nil {
+			return nil, err
+		}
+		return m.Wrap(inner)
+	})
+}

@@ -14,6 +14,8 @@
 //	lb, err := m.Wrap(h)
 //	if err != nil { ... }
 //	if err := lb.Update(balancer.Endpoints("10.0.0.1:8080", "10.0.0.2:8080")); err != nil { ... }
+//	if err := lb.Start(context.Background()); err != nil { ... } // starts health's probes
+//	defer lb.Close()
 //
 //	proxy, err := lbhttp.NewProxy(lb, lbhttp.Config{}) // lb is the picker and its Feedback
 //
@@ -33,6 +35,14 @@
 //   - For health states, pass HealthChanged as health.Config.OnChange (or
 //     call it from yours). Health is made before the decorator, so the
 //     Metrics, made first of all, is what both share.
+//   - Start and Close the decorator, not health: Start and Close pass on
+//     to the balancer inside, as every lbkit decorator's do (balancer's
+//     doc, "Decorators"). Health's admin methods are found from the top
+//     with balancer.As: h, ok := balancer.As[*health.Balancer](lb), then
+//     h.Drain(id). Around health or inside it, the decorator works the
+//     same, but only around it does it see health's states and every
+//     backend in the set: inside, it sees the eligible backends health
+//     hands it.
 //
 // # Metrics
 //
@@ -67,10 +77,10 @@
 // The state series exist only for backends health has reported on: a
 // balancer without health inside exports none, nor health_panic. They are
 // set by HealthChanged as changes happen, and read again from the wrapped
-// health Balancer's View (when the wrapped Balancer has one) at every
-// Update and every scrape, so that a backend that joins already down
-// (health.Config.InitialDown) or comes back still ejected shows its true
-// state. The changes counter counts only what HealthChanged was told.
+// health Balancer's View (when the wrapped Balancer is one, or has one
+// inside that balancer.As finds) at every Update and every scrape, so that
+// a backend that joins already down (health.Config.InitialDown) or comes
+// back still ejected shows its true state. The changes counter counts only what HealthChanged was told.
 //
 // # Removed backends
 //

@@ -27,11 +27,11 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer h.Close()
 	lb, err := m.Wrap(h)
 	if err != nil {
 		panic(err)
 	}
+	defer lb.Close() // closes health too; lb.Start(ctx) would start it
 	a, b := balancer.NewEndpoint("10.0.0.1:8080", 1), balancer.NewEndpoint("10.0.0.2:8080", 1)
 	if err := lb.Update([]balancer.Backend{a, b}); err != nil {
 		panic(err)
@@ -121,4 +121,38 @@ func ExampleConfig() {
 	// Output:
 	// lbkit_picks_total{backend="orders.internal:8080",upstream="orders"} 1
 	// lbkit_picks_total{backend="users.internal:8080",upstream="users"} 1
+}
+
+// Health's admin methods, reached from the top of the stack: balancer.As
+// walks the decorators by their Unwrap and finds health inside the
+// metrics decorator.
+func ExampleBalancer_Unwrap() {
+	m, err := lbmetrics.New(lbmetrics.Config{})
+	if err != nil {
+		panic(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	h, err := health.New(leastconn.New(), health.Config{OnChange: m.HealthChanged})
+	if err != nil {
+		panic(err)
+	}
+	lb, err := m.Wrap(h)
+	if err != nil {
+		panic(err)
+	}
+	defer lb.Close()
+	if err := lb.Update(balancer.Endpoints("10.0.0.1:8080", "10.0.0.2:8080")); err != nil {
+		panic(err)
+	}
+
+	if h, ok := balancer.As[*health.Balancer](lb); ok {
+		if err := h.Drain("10.0.0.2:8080"); err != nil {
+			panic(err)
+		}
+	}
+	show(reg, "lbkit_backend_state")
+	// Output:
+	// lbkit_backend_state{backend="10.0.0.1:8080",state="up"} 1
+	// lbkit_backend_state{backend="10.0.0.2:8080",state="draining"} 1
 }

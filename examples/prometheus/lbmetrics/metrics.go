@@ -236,8 +236,8 @@ func (m *Metrics) Wrap(inner balancer.Balancer) (*Balancer, error) {
 	}
 	b := &Balancer{m: m, inner: inner, draining: map[string]*series{}}
 	b.fb, _ = inner.(balancer.Feedback)
-	if v, ok := inner.(viewer); ok {
-		b.view = v.View
+	if v, ok := balancer.As[viewer](inner); ok {
+		b.view = v.View // health's, at any depth inside inner
 	}
 	b.cur.Store(&snapshot{})
 	if !m.bal.CompareAndSwap(nil, b) {

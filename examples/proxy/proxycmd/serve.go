@@ -42,7 +42,10 @@ type Options struct {
 	// Wrap puts a layer around the health-checked balancer, such as
 	// lbmetrics' decorator. The proxy picks from, and reports Done to,
 	// what Wrap returns, and the backends (static or from DNS) go to its
-	// Update. Nil: the proxy uses the health.Balancer itself.
+	// Update. Start and Close go to it too, if it has them, and it passes
+	// them on to health as every decorator does (balancer's doc,
+	// "Decorators"); health is started anyway if it did not. Nil: the
+	// proxy uses the health.Balancer itself.
 	Wrap func(*health.Balancer) (balancer.Balancer, error)
 	// Servers are served beside the proxy, each on a listener of its own,
 	// and shut down with it: /metrics, an admin page.
@@ -202,6 +205,11 @@ func Start(ctx context.Context, c Config, log *slog.Logger, o Options) (p *Proxy
 		if lb == nil {
 			return nil, errors.New("proxycmd: Options.Wrap returned no balancer")
 		}
+		// Decorators pass Close on (balancer's doc, "Decorators"): closing
+		// the top closes health, and whatever the decorator runs itself.
+		if c, ok := lb.(io.Closer); ok {
+			cleanups = append(cleanups, func() { c.Close() })
+		}
 	}
 	if c.DNSHost == "" {
 		if err := lb.Update(c.Backends); err != nil {
@@ -214,7 +222,16 @@ func Start(ctx context.Context, c Config, log *slog.Logger, o Options) (p *Proxy
 		}
 		cleanups = append(cleanups, func() { r.Close() })
 	}
-	if err := h.Start(bg); err != nil {
+	// Start the top, which starts health inside it, as every lbkit
+	// decorator passes Start on; then health itself, unless that did, so
+	// that a decorator of the command's own that does not pass Start on
+	// still gets working health checks.
+	if s, ok := lb.(balancer.Starter); ok && o.Wrap != nil {
+		if err := s.Start(bg); err != nil {
+			return nil, err
+		}
+	}
+	if err := h.Start(bg); err != nil && !errors.Is(err, health.ErrStarted) {
 		return nil, err
 	}
 

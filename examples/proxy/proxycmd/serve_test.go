@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -190,6 +191,58 @@ func TestServeDNSUpdatesWrap(t *testing.T) {
 	_, stop := startServe(t, c, Options{Wrap: wrapInto(&rec)})
 	defer stop()
 	assert.Contains(t, *rec.set.Load(), "127.0.0.1:"+port)
+}
+
+// starter is a recorder with Start and Close that pass them on, counting,
+// as a decorator does (balancer's doc, "Decorators").
+type starter struct {
+	*recorder
+	starts, closes atomic.Int64
+}
+
+func (s *starter) Start(ctx context.Context) error {
+	s.starts.Add(1)
+	return s.inner.Start(ctx)
+}
+
+func (s *starter) Close() error {
+	s.closes.Add(1)
+	return s.inner.Close()
+}
+
+// TestServeStartsAndClosesWrap checks that a decorator's Start and Close
+// are called, once each, and that health is started whether the decorator
+// passes Start on (starter) or not (recorder): in both cases a second
+// Start of health finds it started, and after the proxy stops, closed.
+func TestServeStartsAndClosesWrap(t *testing.T) {
+	b := backend(t, "one")
+	c, err := NewFlags("p").Parse([]string{"-listen", "127.0.0.1:0", "-backends", hostOf(b)}, io.Discard)
+	require.NoError(t, err)
+	for _, passesOn := range []bool{true, false} {
+		t.Run(fmt.Sprintf("passes on=%v", passesOn), func(t *testing.T) {
+			var (
+				st *starter
+				h  *health.Balancer
+			)
+			_, stop := startServe(t, c, Options{Wrap: func(hb *health.Balancer) (balancer.Balancer, error) {
+				h = hb
+				if passesOn {
+					st = &starter{recorder: &recorder{inner: hb}}
+					return st, nil
+				}
+				return &recorder{inner: hb}, nil
+			}})
+			assert.ErrorIs(t, h.Start(context.Background()), health.ErrStarted, "health was started")
+			if passesOn {
+				assert.Equal(t, int64(1), st.starts.Load())
+			}
+			stop()
+			assert.ErrorIs(t, h.Start(context.Background()), health.ErrClosed, "health was closed")
+			if passesOn {
+				assert.Equal(t, int64(1), st.closes.Load())
+			}
+		})
+	}
 }
 
 // TestServeEveryAlgorithm serves a request through the proxy with each
