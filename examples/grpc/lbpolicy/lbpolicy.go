@@ -84,7 +84,12 @@ var (
 // as Request.Key when it is set. newBalancer must not return nil; a
 // channel whose config arrives then refuses it. If the Balancer is an
 // io.Closer (health.Balancer, lbmetrics.Balancer), the policy closes it
-// when the channel closes.
+// when the channel closes, and a decorator passes the Close on to what it
+// wraps. The policy does not start it: a picker with background work to
+// start (health's probes) is started in newBalancer, through its
+// outermost layer, whose Start reaches every layer inside (see package
+// balancer, "Decorators"). Without Start, health still ejects on
+// failures, lazily.
 func NewBuilder(name string, newBalancer func() lbk.Balancer) (*Builder, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
