@@ -14,9 +14,13 @@
 //	b, err := p.Pick(balancer.Request{Key: key}) // per request
 //	if err != nil { ... }                        // balancer.ErrNoBackend: answer 503
 //	start := time.Now()
-//	// ... send the request to b.ID(); when the response body is closed or read to the end:
+//	resp, err := http.Get("http://" + b.ID() + "/api") // err is now the request's, not Pick's
+//	if err == nil {
+//		_, err = io.Copy(io.Discard, resp.Body) // Done when the body ends, not at the headers
+//		resp.Body.Close()
+//	}
 //	if fb != nil {
-//		fb.Done(b, balancer.Result{Latency: time.Since(start), Err: err})
+//		fb.Done(b, balancer.Result{Latency: time.Since(start), Err: err}) // nil: a success
 //	}
 //
 // What a caller must do:

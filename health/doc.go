@@ -8,12 +8,18 @@
 //	})
 //	if err != nil { ... }
 //	if err := h.Update(balancer.Endpoints("10.0.0.1:8080", "10.0.0.2:8080")); err != nil { ... }
-//	if err := h.Start(ctx); err != nil { ... }
+//	if err := h.Start(context.Background()); err != nil { ... } // ends with Close
 //	defer h.Close()
 //
-//	b, err := h.Pick(balancer.Request{})
-//	// ... send the request to b.ID(), read the response to the end ...
-//	h.Done(b, balancer.Result{Latency: elapsed, Err: err})
+//	b, err := h.Pick(balancer.Request{}) // per request
+//	if err != nil { ... }                // balancer.ErrNoBackend: the set is empty
+//	start := time.Now()
+//	resp, err := http.Get("http://" + b.ID() + "/api") // err is now the request's, not Pick's
+//	if err == nil {
+//		_, err = io.Copy(io.Discard, resp.Body) // Done when the body ends, not at the headers
+//		resp.Body.Close()
+//	}
+//	h.Done(b, balancer.Result{Latency: time.Since(start), Err: err}) // nil: a success
 //
 // What the caller must do:
 //

@@ -11,8 +11,12 @@
 //	b, err := p.Pick(balancer.Request{})
 //	if err != nil { ... } // balancer.ErrNoBackend: the set is empty
 //	start := time.Now()
-//	// ... send the request to b.ID(); when the response body is closed or read to the end:
-//	p.Done(b, balancer.Result{Latency: time.Since(start), Err: err})
+//	resp, err := http.Get("http://" + b.ID() + "/api") // err is now the request's, not Pick's
+//	if err == nil {
+//		_, err = io.Copy(io.Discard, resp.Body) // Done when the body ends, not at the headers
+//		resp.Body.Close()
+//	}
+//	p.Done(b, balancer.Result{Latency: time.Since(start), Err: err}) // nil: a success
 //
 // What a caller must do:
 //

@@ -14,7 +14,7 @@
 //
 // From Go:
 //
-//	rep, err := live.Run(ctx, scenarios, algos, live.Options{Scale: 0.1})
+//	rep, err := live.Run(context.Background(), scenarios, algos, live.Options{Scale: 0.1})
 //	if err != nil { ... }
 //	simRep, err := sim.Run(scenarios, algos, sim.Options{Seed: 1})
 //	if err != nil { ... }

@@ -7,7 +7,7 @@
 //	})
 //	if err != nil { ... }
 //	if err := lb.Update(balancer.Endpoints("10.0.0.1:8080", "10.0.0.2:8080")); err != nil { ... }
-//	if err := lb.Start(ctx); err != nil { ... }
+//	if err := lb.Start(context.Background()); err != nil { ... } // ends with Close
 //	defer lb.Close()
 //	proxy, err := lbhttp.NewProxy(lb, lbhttp.Config{})
 //	if err != nil { ... }
