@@ -34,6 +34,9 @@ var (
 	// wrapping it or context.Canceled) to Done for such a request. See
 	// Result.Abandoned.
 	ErrAbandoned = errors.New("balancer: request abandoned")
+	// ErrBadLoad reports a load report (see Load) that does not parse or
+	// holds a value out of range.
+	ErrBadLoad = errors.New("balancer: bad load report")
 )
 
 // MaxWeight is the largest weight Validate accepts. The bound keeps sums of
@@ -121,6 +124,14 @@ type Result struct {
 	// Health's passive checks look for a refused connection with
 	// errors.Is(err, syscall.ECONNREFUSED).
 	Err error
+	// Load is the backend's own report of its load, when the answer
+	// carried one (an ORCA endpoint-load-metrics header or trailer); the
+	// zero Load otherwise. It may come with any of the cases above, an
+	// abandoned request's too when the answer had begun: what it says is
+	// the backend's, not the caller's. Pickers that weigh by reports
+	// (wrr's Reported, leastconn's WithReports) read it; the others
+	// ignore it. See Load.
+	Load Load
 }
 
 // Abandoned reports whether r is for a request the caller gave up on: its
