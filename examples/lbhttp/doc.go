@@ -120,11 +120,42 @@
 // (usually the health.Balancer) with "address:port" Endpoints, keeping
 // the previous set when a lookup fails or returns nothing.
 //
+// # Load reports
+//
+// A backend can say how loaded it is in an ORCA endpoint-load-metrics
+// response header (the header Envoy reads; TEXT, JSON or BIN). The
+// Transport parses it from every response (LoadOf) and passes it to Done
+// in balancer.Result.Load, for the pickers that weigh by it: wrr's
+// Reported (gRPC's weighted_round_robin, gRFC A58) and leastconn with
+// WithReports. A report that does not parse counts as none.
+//
+// Reporter is the backend's side, an http.Handler middleware: it sends
+// the header with every response (utilisation from a Capacity or a
+// function of yours, rps and eps over a window) and answers probes on
+// DefaultProbePath with the requests in flight and a latency estimate.
+// Prober asks those probes for lrt/prequal:
+//
+//	// backend
+//	rep, err := lbhttp.NewReporter(app, lbhttp.ReporterConfig{Capacity: 64})
+//	http.ListenAndServe(":8080", rep)
+//
+//	// proxy
+//	p := wrr.NewReported()
+//	proxy, err := lbhttp.NewProxy(p, lbhttp.Config{})
+//
+// The proxy forwards the header to its clients like any other; delete it
+// in the proxy's ModifyResponse to keep it inside (the Transport has read
+// it by then).
+//
 // # Cost
 //
 // The Transport allocates once per attempt: one block holding the copy of
 // the request sent to the backend, its URL and the response body wrapper
-// (TestAllocs; BenchmarkRoundTrip: 1 alloc, 576 B). NewProxy's Rewrite
+// (TestAllocs; BenchmarkRoundTrip: 1 alloc, 640 B; the pointer to a load
+// report took the block past 576 B, a size class, and a response that
+// carries a report adds one allocation of 80 B to hold it until the body
+// ends). Parsing a TEXT or JSON report allocates nothing unless it has
+// named metrics (TestParseLoadAllocs). NewProxy's Rewrite
 // adds two: the context carrying the key, and the request copy
 // WithContext makes. The keys themselves (ClientIP, ForwardedClientIP,
 // Header, Cookie) allocate nothing for canonical addresses

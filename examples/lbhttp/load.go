@@ -74,6 +74,26 @@ func LoadOf(h http.Header) (balancer.Load, error) {
 	return balancer.Load{}, nil
 }
 
+// loadOf is LoadOf without its error: the Transport passes a report it
+// cannot parse as no report.
+func loadOf(h http.Header) balancer.Load {
+	l, _ := LoadOf(h)
+	return l
+}
+
+// reportOf is loadOf for a response body to hold until its end: nil when
+// there is no report, so that a response without one costs the attempt no
+// bytes (a Load in place would take its block from 576 to 704 bytes).
+func reportOf(h http.Header) *balancer.Load {
+	l := loadOf(h)
+	if !l.Reported() {
+		return nil
+	}
+	p := new(balancer.Load) // here, so that l itself stays on the stack
+	*p = l
+	return p
+}
+
 // ParseLoad parses the value of an endpoint-load-metrics header, in any of
 // its three forms:
 //
@@ -779,6 +799,12 @@ func mapEntry(s string) (string, float64, error) {
 //
 // Cost: no allocation when dst has room.
 func AppendLoad(dst []byte, l balancer.Load, f Format) []byte {
+	return appendLoad(dst, l, f, false)
+}
+
+// appendLoad is AppendLoad; with probe, it writes MetricInFlight even
+// when it is zero, so that a probe answer always names it (see Prober).
+func appendLoad(dst []byte, l balancer.Load, f Format, probe bool) []byte {
 	type field struct {
 		name string
 		v    float64
@@ -802,7 +828,7 @@ func AppendLoad(dst []byte, l balancer.Load, f Format) []byte {
 	}
 	n, inNamed := 0, false // fields written; inside JSON's named_metrics
 	for i, x := range fields {
-		if x.v == 0 {
+		if x.v == 0 && (!probe || x.name != MetricInFlight) {
 			continue
 		}
 		if n > 0 {

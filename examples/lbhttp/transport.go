@@ -321,11 +321,11 @@ func (t *Transport) try(ctx context.Context, b balancer.Backend, a *attempt) (*h
 	if noBody(resp, a.req.Method) {
 		// Nothing more will come, and callers close such a body unread:
 		// the attempt is over.
-		t.feedback.Done(b, balancer.Result{Latency: time.Since(start), Err: fail})
+		t.feedback.Done(b, balancer.Result{Latency: time.Since(start), Err: fail, Load: loadOf(resp.Header)})
 		return resp, nil
 	}
 	rb := &a.body.respBody
-	*rb = respBody{rc: resp.Body, t: t, b: b, ctx: ctx, start: start, fail: fail}
+	*rb = respBody{rc: resp.Body, t: t, b: b, ctx: ctx, start: start, fail: fail, load: reportOf(resp.Header)}
 	resp.Body = rb
 	return resp, nil
 }
@@ -503,6 +503,7 @@ type respBody struct {
 	ctx      context.Context
 	start    time.Time
 	fail     error // Classify's verdict on the status, nil for a success
+	load     *balancer.Load // the backend's report (see LoadOf), or nil
 	upgraded bool
 	done     atomic.Bool
 }
@@ -539,6 +540,9 @@ func (r *respBody) finish(err error) {
 	default:
 		// The body broke off: the backend failed mid-response.
 		res = balancer.Result{Latency: time.Since(r.start), Err: err}
+	}
+	if r.load != nil {
+		res.Load = *r.load
 	}
 	r.t.feedback.Done(r.b, res)
 }
