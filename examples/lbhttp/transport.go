@@ -502,7 +502,7 @@ type respBody struct {
 	b        balancer.Backend
 	ctx      context.Context
 	start    time.Time
-	fail     error // Classify's verdict on the status, nil for a success
+	fail     error          // Classify's verdict on the status, nil for a success
 	load     *balancer.Load // the backend's report (see LoadOf), or nil
 	upgraded bool
 	done     atomic.Bool
