@@ -1,9 +1,12 @@
 package wrr_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/balancer/balancertest"
@@ -77,6 +80,65 @@ func BenchmarkUpdate(b *testing.B) {
 				if err := p.Update(bs); err != nil {
 					b.Fatal(err)
 				}
+			}
+			b.ReportMetric(float64(p.Period()), "slots/op")
+		})
+	}
+}
+
+// BenchmarkReportedDone measures Done taking in a load report, serial and
+// parallel, with the weight loop started (so no lazy loop starts). Each
+// goroutine reports on its own backend, as the Dones of different
+// backends do.
+func BenchmarkReportedDone(b *testing.B) {
+	p := wrr.NewReported()
+	if err := p.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	bs := randomSet(64, 1)
+	if err := p.Update(bs); err != nil {
+		b.Fatal(err)
+	}
+	res := balancer.Result{Latency: time.Millisecond, Load: balancer.Load{RPS: 100, CPU: 0.5, EPS: 1}}
+	b.Run("mode=serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p.Done(bs[0], res)
+		}
+	})
+	b.Run("mode=parallel", func(b *testing.B) {
+		var next atomic.Int32
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			be := bs[next.Add(1)%int32(len(bs))]
+			for pb.Next() {
+				p.Done(be, res)
+			}
+		})
+	})
+}
+
+// BenchmarkRefresh measures a weight recomputation that changes the
+// weights, so that the schedule is rebuilt: the background loop's cost
+// per period.
+func BenchmarkRefresh(b *testing.B) {
+	for _, n := range []int{4, 64, 1024} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			now := time.Unix(1_700_000_000, 0)
+			p := wrr.NewReported(wrr.WithClock(func() time.Time { return now }), wrr.WithBlackout(0))
+			bs := randomSet(n, 1)
+			if err := p.Update(bs); err != nil {
+				b.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(3, 4))
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, be := range bs {
+					p.Done(be, balancer.Result{Load: balancer.Load{RPS: 1 + 99*r.Float64(), CPU: 0.5}})
+				}
+				now = now.Add(time.Second)
+				p.Refresh()
 			}
 			b.ReportMetric(float64(p.Period()), "slots/op")
 		})

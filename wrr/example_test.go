@@ -3,6 +3,7 @@ package wrr_test
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/wrr"
@@ -52,4 +53,40 @@ func ExamplePicker_Pick_retry() {
 	// 10.0.0.1:8080
 	// 10.0.0.1:8080
 	// 10.0.0.1:8080
+}
+
+// Reported weighs backends by their own load reports, after gRFC A58:
+// qps / utilisation. Here a reports 100 requests a second at 20% and b
+// the same at 50%, so a gets 2.5 times b's share once the blackout is
+// over. A test clock and Refresh stand in for time and the weight loop.
+func ExampleReported() {
+	now := time.Unix(1_700_000_000, 0)
+	p := wrr.NewReported(
+		wrr.WithClock(func() time.Time { return now }),
+		wrr.WithRand(func() uint64 { return 0 }),
+	)
+	bs := balancer.Endpoints("a", "b")
+	if err := p.Update(bs); err != nil {
+		panic(err)
+	}
+	send := func() {
+		p.Done(bs[0], balancer.Result{Load: balancer.Load{RPS: 100, Application: 0.2}})
+		p.Done(bs[1], balancer.Result{Load: balancer.Load{RPS: 100, Application: 0.5}})
+	}
+	send()
+	now = now.Add(wrr.DefaultBlackout) // reports must keep coming for 10 s
+	send()
+	p.Refresh()
+	wa, _ := p.Weight("a")
+	wb, _ := p.Weight("b")
+	fmt.Println(wa, wb)
+	var seq []string
+	for range p.Period() {
+		b, _ := p.Pick(balancer.Request{})
+		seq = append(seq, b.ID())
+	}
+	fmt.Println(strings.Join(seq, " "))
+	// Output:
+	// 500 200
+	// a b a a a b a
 }

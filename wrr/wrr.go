@@ -84,9 +84,11 @@ func empty() *snapshot {
 
 var _ balancer.Balancer = (*Picker)(nil)
 
-// Option configures a Picker.
+// Option configures a Picker, and a Reported too (every Option is a
+// ReportedOption).
 type Option interface {
 	apply(*config)
+	applyReported(*reportedConfig)
 }
 
 type config struct {
@@ -97,6 +99,8 @@ type config struct {
 type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
+
+func (f optionFunc) applyReported(c *reportedConfig) { f(&c.config) }
 
 // WithRand sets the source of the random start position. The default is
 // math/rand/v2's Uint64, so that a fleet of proxies started together does not
@@ -164,21 +168,30 @@ func (p *Picker) Update(bs []balancer.Backend) error {
 	if err != nil {
 		return fmt.Errorf("wrr: update: %w", err)
 	}
+	ws := make([]int64, set.Len())
+	for i, w := range set.Weights {
+		ws[i] = int64(w)
+	}
+	p.publish(set, ws)
+	return nil
+}
+
+// publish builds the schedule of set with weights ws (each in [1,
+// MaxWeight], one per backend) and publishes it. The caller serialises
+// calls: Update holds p.mu, Reported its own mutex.
+func (p *Picker) publish(set balancer.Set, ws []int64) {
 	if set.Len() == 0 {
 		p.snap.Store(empty())
-		return nil
+		return
 	}
 	s := &snapshot{entries: make([]entry, set.Len())}
-	ws := make([]int64, set.Len())
 	for i, b := range set.Backends {
 		s.entries[i] = entry{b: b, id: set.IDs[i]}
-		ws[i] = int64(set.Weights[i])
 	}
-	s.sched = build(slotCounts(ws, max(p.limit, 2*int64(len(bs)))))
+	s.sched = build(slotCounts(ws, max(p.limit, 2*int64(set.Len()))))
 	link(s.sched)
 	s.period = uint64(len(s.sched))
 	p.snap.Store(s)
-	return nil
 }
 
 // Pick returns the backend whose turn it is in the schedule. The request's
