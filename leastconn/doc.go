@@ -42,6 +42,14 @@
 // github.com/lbkit/lbkit/health to keep dead and failing backends out of
 // its set.
 //
+// When the backends report their load (an ORCA endpoint-load-metrics
+// header through lbhttp, or gRPC's per-call ORCA trailer), WithReports
+// weighs it: two choices, and of the two the lower reported utilisation ×
+// (this picker's requests in flight + 1), in-flight counts alone for a
+// backend without a report. See Load reports below.
+//
+//	p := leastconn.New(leastconn.WithReports())
+//
 // # Choosing
 //
 // In lbkit's scenario simulator (go run ./bench/cmd/lbsim, seed 1), with
@@ -151,12 +159,52 @@
 // Request.Avoid is never returned when the set has another backend: the
 // scan skips it, and the choices draw a replacement for it.
 //
+// # Load reports
+//
+// In-flight counts see only this picker's requests. A backend knows more:
+// the traffic every other proxy sends it, a neighbour taking its CPU, its
+// queue. WithReports reads what it says (balancer.Result.Load, passed to
+// Done: application_utilization, or cpu_utilization when that is zero;
+// WithReportMetric for a named metric) and compares two candidates by
+//
+//	cost = max(reported utilisation, 0.01) × (in flight + 1)
+//
+// The report says how loaded the backend is from all its traffic; the
+// factor in flight + 1 adds what this picker has sent it since, so that
+// between two reports one proxy does not send everything to the backend
+// that reported least (the same reasoning as lrt's latency × (in flight +
+// 1)). Held requests then split in inverse proportion to the reported
+// utilisation: with 0.9 and 0.3 reported, about three of this picker's
+// requests to one (TestReportsWeighUtilisation). The floor of 1% keeps a
+// backend that reports nearly nothing from drawing every request until
+// its next report.
+//
+// A candidate with no report, or one older than DefaultReportExpiry
+// (10 s; WithReportExpiry), makes its pair compare in-flight counts for
+// weight, the rule without reports (TestReportsFallBackToInFlight). So
+// a backend that sends no reports is balanced as by plain leastconn, and
+// one that reported itself busy and has been sent nothing since is tried
+// again once its report is stale. Pick reads no clock: reports are aged
+// against the time of the latest report Done took.
+//
+// WithReports uses two choices at every size, not the scan below 16: a
+// scan would send every request of every proxy that saw the same reports
+// to the one backend that reported least, and random pairs are what keep a
+// fleet from herding on stale reports. WithChoices(k) draws k; WithScan
+// compares all, from a random starting point. Weights still draw the
+// candidates (in proportion to weight) and weigh the in-flight
+// comparison; the reported comparison is unweighted, since a report
+// already says how loaded the backend is.
+//
 // # Cost
 //
 // Pick: one random number from the WithRand source (none for a scan that
 // meets no tie), n atomic loads for a scan or k for choices, one atomic
-// add; no lock, no allocation. Done: one States.Lookup (a map read by ID)
-// and one atomic compare-and-swap. On the EPYC above, Pick+Done with two
+// add; no lock, no allocation; with reports, each candidate's report
+// (one more cache line) and a load of the picker's report time. Done: one
+// States.Lookup (a map read by ID) and one atomic compare-and-swap; with a
+// report, a clock read and three atomic stores more. Each backend's state
+// is two cache lines: the in-flight count and the report. On the EPYC above, Pick+Done with two
 // choices cost about the same at 4 and at 1024 backends; most of it is the
 // floor every in-flight picker on balancer's shared state pays (one
 // math/rand/v2 number, one lookup by ID, Inc and Dec: see BenchmarkFloor).

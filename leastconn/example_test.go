@@ -79,3 +79,25 @@ func Example_feedback() {
 	fmt.Println(b.ID(), picker.(*leastconn.Picker).InFlight(b.ID()))
 	// Output: 10.0.0.1:8080 0
 }
+
+// With WithReports, the backends' own load reports weigh in: b says it
+// is at 30% and a at 90%, so b takes about three of this picker's
+// requests to each of a's.
+func ExampleWithReports() {
+	p := leastconn.New(leastconn.WithReports(), leastconn.WithRand(func() uint64 { return 0 }))
+	bs := balancer.Endpoints("a", "b")
+	if err := p.Update(bs); err != nil {
+		panic(err)
+	}
+	// Reports come with finished requests, through Done.
+	p.Done(bs[0], balancer.Result{Load: balancer.Load{Application: 0.9}})
+	p.Done(bs[1], balancer.Result{Load: balancer.Load{Application: 0.3}})
+	for range 12 {
+		if _, err := p.Pick(balancer.Request{}); err != nil { // held: no Done yet
+			panic(err)
+		}
+	}
+	fmt.Println(p.InFlight("a"), p.InFlight("b"))
+	// Output:
+	// 3 9
+}

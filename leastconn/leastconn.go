@@ -2,11 +2,13 @@ package leastconn
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/lbkit/lbkit/balancer"
 )
@@ -43,15 +45,37 @@ const maxRedraws = 4
 type Picker struct {
 	// Immutable after New.
 	rand    func() uint64
-	choices int  // candidates per pick at and above ScanBelow, or always if forced
-	forced  bool // choices applies at every size (WithChoices, WithScan)
+	choices int      // candidates per pick at and above ScanBelow, or always if forced
+	forced  bool     // choices applies at every size (WithChoices, WithScan)
+	reports *reports // nil unless WithReports or WithReportMetric
 
 	// Guarded by mu, which only Update takes.
 	mu  sync.Mutex
-	reg balancer.Registry[balancer.InFlight]
+	reg balancer.Registry[backend]
 
 	// Atomic.
 	snap atomic.Pointer[snapshot] // the published set; empty, never nil, after New
+}
+
+// backend is the state of one backend: its in-flight count and, with
+// reports, its latest reported utilisation. The count has the first cache
+// line to itself (InFlight is padded to one); the report takes the second.
+// Embedding InFlight makes backend a balancer.Busy, so a removed backend's
+// state stays while it counts requests.
+type backend struct {
+	balancer.InFlight
+	util atomic.Uint64 // float64 bits of the reported utilisation
+	at   atomic.Int64  // when it came, in clock nanoseconds; 0: never
+	_    [64 - 16]byte
+}
+
+// reports is what a Picker that weighs reports needs, immutable after New
+// but for now.
+type reports struct {
+	metric string           // named metric to read, or "" for Load.Utilization
+	expiry int64            // nanoseconds a report counts
+	clock  func() time.Time // read by Done only
+	now    atomic.Int64     // the clock at the latest report Done took: Pick's time
 }
 
 var (
@@ -70,14 +94,14 @@ type snapshot struct {
 	alias []column
 	// states finds a backend's counter by ID for Done, including the
 	// counters of recently removed backends.
-	states balancer.States[balancer.InFlight]
+	states balancer.States[backend]
 }
 
 // entry is one backend with what Pick reads, gathered in one place.
 type entry struct {
-	c  *balancer.InFlight // shared with every snapshot that holds this ID
-	w  uint64             // weight; 1 for all when every weight is equal
-	id string             // read once, so Avoid costs a string comparison
+	c  *backend // shared with every snapshot that holds this ID
+	w  uint64   // weight; 1 for all when every weight is equal
+	id string   // read once, so Avoid costs a string comparison
 	b  balancer.Backend
 }
 
@@ -98,6 +122,10 @@ type config struct {
 	rand    func() uint64
 	choices int
 	forced  bool
+	reports bool
+	metric  string
+	expiry  time.Duration
+	clock   func() time.Time
 }
 
 type optionFunc func(*config)
@@ -145,6 +173,72 @@ func WithScan() Option {
 	})
 }
 
+// DefaultReportExpiry is how long a backend's load report counts with
+// WithReports: 10 s, the window of lbhttp.Reporter's rates and gRPC's
+// default out-of-band reporting period. A backend that reported itself
+// busy and has been sent nothing since is compared by its in-flight count
+// again once its report is this old, so that it is tried again.
+const DefaultReportExpiry = 10 * time.Second
+
+// minUtilization is the least utilisation Pick weighs a report by, so that
+// a backend reporting nearly nothing does not take every request until
+// its next report comes: at 1%, it loses to a backend at 50% with no
+// request of this proxy's in flight once it holds 50.
+const minUtilization = 0.01
+
+// WithReports makes Pick weigh the load the backends report
+// (balancer.Result.Load, through Done) against the requests this picker
+// has in flight on them: two choices, at every size (WithChoices sets
+// more; WithScan compares all), and of the two, the lower reported
+// utilisation × (in flight + 1). A candidate without a report younger
+// than DefaultReportExpiry (WithReportExpiry) makes the pair compare
+// in-flight counts, as without reports. The utilisation is
+// Load.Utilization (application_utilization, or cpu_utilization when that
+// is zero); WithReportMetric reads a named metric instead. Weights still
+// draw the candidates and weigh the in-flight comparison, not the
+// reported one: a report already says how loaded the backend is.
+func WithReports() Option {
+	return optionFunc(func(c *config) {
+		c.reports = true
+		if c.expiry == 0 {
+			c.expiry = DefaultReportExpiry
+		}
+	})
+}
+
+// WithReportMetric is WithReports with the utilisation read from the
+// named metric name of each report (Load.Metric) instead of
+// Load.Utilization: a queue length, a GPU's memory, whatever the backends
+// send. Negative and missing values are no report.
+func WithReportMetric(name string) Option {
+	return optionFunc(func(c *config) {
+		WithReports().apply(c)
+		c.metric = name
+	})
+}
+
+// WithReportExpiry sets how long a report counts, with WithReports. The
+// default is DefaultReportExpiry. Values of zero or less are ignored.
+func WithReportExpiry(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.expiry = d
+		}
+	})
+}
+
+// WithClock sets the clock Done reads when it takes a report, with
+// WithReports (Pick reads none: it ages reports by the time of the latest
+// one). The default is the monotonic clock. Tests and simulations pass
+// their own.
+func WithClock(now func() time.Time) Option {
+	return optionFunc(func(c *config) {
+		if now != nil {
+			c.clock = now
+		}
+	})
+}
+
 // New returns a least-connections Picker with an empty set; call Update to
 // give it backends. By default it scans sets of fewer than ScanBelow
 // backends and uses the power of two choices for larger ones.
@@ -154,8 +248,22 @@ func New(opts ...Option) *Picker {
 		o.apply(&c)
 	}
 	p := &Picker{rand: c.rand, choices: c.choices, forced: c.forced}
+	if c.reports {
+		p.reports = &reports{metric: c.metric, expiry: int64(cmpOr(c.expiry, DefaultReportExpiry)), clock: c.clock}
+		if p.reports.clock == nil {
+			epoch := time.Now()
+			p.reports.clock = func() time.Time { return epoch.Add(time.Since(epoch)) }
+		}
+	}
 	p.snap.Store(&snapshot{})
 	return p
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
 }
 
 // Update replaces the set. It validates bs first (see balancer.Validate) and
@@ -201,7 +309,7 @@ func (p *Picker) Update(bs []balancer.Backend) error {
 
 // choicesFor returns the number of candidates for a set of n, or 0 to scan.
 func (p *Picker) choicesFor(n int) int {
-	if !p.forced && n < ScanBelow {
+	if !p.forced && n < ScanBelow && p.reports == nil {
 		return 0
 	}
 	if p.choices >= n {
@@ -232,6 +340,8 @@ func (p *Picker) Pick(req balancer.Request) (balancer.Backend, error) {
 		return nil, balancer.ErrNoBackend
 	case len(s.entries) == 1:
 		i = 0 // the only backend, even if it is the one to avoid
+	case p.reports != nil:
+		i = s.pickReported(req.Avoid, p.rand, p.reports)
 	case s.k == 0:
 		i = s.scan(req.Avoid, p.rand)
 	default:
@@ -244,17 +354,65 @@ func (p *Picker) Pick(req balancer.Request) (balancer.Backend, error) {
 
 // Done counts one request to b as finished. Call it exactly once for every
 // backend Pick returned, when its request has finished, failed or been
-// abandoned; the Result is not read. Done for a backend that has since left
-// the set still finds its counter (the registry keeps a removed backend's
-// counter while it counts requests, see balancer.Registry); Done for nil,
-// for a backend never picked or for one long gone does nothing. A count
-// never goes below zero.
+// abandoned. Without WithReports the Result is not read; with it, Done
+// keeps the utilisation of r.Load, if it has one. Done for a backend that
+// has since left the set still finds its counter (the registry keeps a
+// removed backend's counter while it counts requests, see
+// balancer.Registry); Done for nil, for a backend never picked or for one
+// long gone does nothing. A count never goes below zero.
 //
-// Cost: one map read by ID and one atomic compare-and-swap.
-func (p *Picker) Done(b balancer.Backend, _ balancer.Result) {
-	if c := p.snap.Load().states.Lookup(b); c != nil {
-		c.Dec()
+// Cost: one map read by ID and one atomic compare-and-swap; with a report,
+// a clock read and three atomic stores more (and the named metric's
+// lookup, with WithReportMetric). No lock, no allocation.
+func (p *Picker) Done(b balancer.Backend, r balancer.Result) {
+	c := p.snap.Load().states.Lookup(b)
+	if c == nil {
+		return
 	}
+	c.Dec()
+	if p.reports != nil {
+		p.reports.take(c, &r.Load)
+	}
+}
+
+// take keeps the utilisation a report gives, if any.
+func (rp *reports) take(c *backend, l *balancer.Load) {
+	var u float64
+	if rp.metric == "" {
+		u = l.Utilization()
+	} else if v, ok := l.Metric(rp.metric); ok {
+		u = v
+	}
+	if !(u > 0) || math.IsInf(u, 1) {
+		return // no report, or one that says nothing of utilisation
+	}
+	now := max(rp.clock().UnixNano(), 1)
+	c.util.Store(math.Float64bits(u))
+	c.at.Store(now)
+	if now > rp.now.Load() {
+		rp.now.Store(now) // a racing older store is corrected by the next report
+	}
+}
+
+// Utilization returns the utilisation the backend with this ID last
+// reported, and false if it has no report that counts now (none, one
+// older than the expiry, or the Picker does not weigh reports). It is an
+// accessor for observability and tests.
+func (p *Picker) Utilization(id string) (float64, bool) {
+	c := p.snap.Load().states.LookupID(id)
+	if c == nil || p.reports == nil {
+		return 0, false
+	}
+	return c.report(p.reports.now.Load(), p.reports.expiry)
+}
+
+// report returns the utilisation c reported and whether it counts at now.
+func (c *backend) report(now, expiry int64) (float64, bool) {
+	at := c.at.Load()
+	if at == 0 || now-at > expiry {
+		return 0, false
+	}
+	return math.Float64frombits(c.util.Load()), true
 }
 
 // InFlight returns the number of requests Pick has counted on the backend
@@ -421,6 +579,64 @@ func (s *snapshot) sampleTwo(avoid string, r *wyrand) (int, bool) {
 		return j, true
 	}
 	return i, true
+}
+
+// pickReported is Pick with WithReports: s.k candidates drawn as sample
+// draws them (every backend, in a random rotation, when s.k is 0), and the
+// best of them by better.
+func (s *snapshot) pickReported(avoid string, rnd func() uint64, rp *reports) int {
+	now := rp.now.Load()
+	r := wyrand(rnd())
+	best := -1
+	consider := func(i int) {
+		if best < 0 || s.better(&s.entries[best], &s.entries[i], now, rp.expiry) {
+			best = i
+		}
+	}
+	if s.k == 0 {
+		n := len(s.entries)
+		start := int(below(r.next(), uint64(n)))
+		for j := range n {
+			i := (start + j) % n
+			if s.entries[i].id != avoid {
+				consider(i)
+			}
+		}
+		return best // n ≥ 2: another backend than avoid exists
+	}
+	var excluded [MaxChoices + 1]int
+	m := 0
+	for range s.k {
+		i := s.drawExcept(&r, excluded[:m])
+		if i < 0 {
+			continue
+		}
+		m = insert(excluded[:m+1], i)
+		if s.entries[i].id == avoid {
+			if i = s.drawExcept(&r, excluded[:m]); i < 0 {
+				continue
+			}
+			m = insert(excluded[:m+1], i)
+		}
+		consider(i)
+	}
+	if best < 0 {
+		return s.scan(avoid, r.next) // as in sample
+	}
+	return best
+}
+
+// better reports whether b should be taken over a: when both have reports
+// that count, by reported utilisation × (in flight + 1), the load the
+// backend says it carries scaled by what this picker has added to it
+// since; otherwise by in-flight count for weight, as without reports.
+func (s *snapshot) better(a, b *entry, now, expiry int64) bool {
+	ua, oka := a.c.report(now, expiry)
+	ub, okb := b.c.report(now, expiry)
+	if oka && okb {
+		return max(ub, minUtilization)*float64(b.c.Load()+1) < max(ua, minUtilization)*float64(a.c.Load()+1)
+	}
+	return b.load()*a.w < a.load()*b.w
 }
 
 // drawExcept draws an index not in excluded, which is sorted. Without
