@@ -1,0 +1,608 @@
+package prequal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lbkit/lbkit/balancer"
+)
+
+// Defaults; the package documentation sets each against the paper.
+const (
+	// PoolSize is the most probe answers the pool holds.
+	PoolSize = 16
+	// DefaultQuantile is Q_RIF: a probed backend is hot when its
+	// requests in flight are above this quantile of the pool's.
+	DefaultQuantile = 0.84
+	// DefaultProbeRate is how many probes each pick asks for, on average.
+	DefaultProbeRate = 1.0
+	// DefaultReuse is how many picks one probe answer may serve.
+	DefaultReuse = 4
+	// DefaultMaxAge is how long a probe answer stays in the pool.
+	DefaultMaxAge = time.Second
+	// DefaultProbeTimeout bounds one probe.
+	DefaultProbeTimeout = 500 * time.Millisecond
+	// DefaultTick is how often the probe loop sends the probes asked for
+	// and drops stale answers.
+	DefaultTick = 2 * time.Millisecond
+)
+
+// maxProbeRate bounds WithProbeRate: past a few probes a pick, probing
+// costs more than the requests it steers.
+const maxProbeRate = 16
+
+// rateUnit is the fixed point of the probe demand: a pick adds
+// rate·rateUnit, and each probe sent takes rateUnit.
+const rateUnit = 1 << 16
+
+// ProbeFunc asks backend b how loaded it is: its requests in flight
+// (Load.InFlight) and its latency estimate for a request arriving now
+// (Load.Latency). lbhttp's Prober.Probe is one, for backends behind
+// lbhttp's Reporter. It must honour ctx, which carries the probe timeout,
+// and be safe for concurrent use.
+type ProbeFunc func(ctx context.Context, b balancer.Backend) (balancer.Load, error)
+
+// Picker picks by recent probes of the backends, after Prequal: among the
+// backends of the pool whose requests in flight are not in the top of
+// the pool (cold), the one with the lowest latency; if every one is hot,
+// the one with the fewest requests in flight. Probes are sent by a
+// background loop, asynchronously, at a rate tied to the request rate;
+// Pick only reads their answers. Create it with New; the zero value is not
+// ready.
+//
+// Pick, Done, Update and Stats are safe for concurrent use. Pick and Done
+// take no lock and allocate nothing; Pick sends nothing and reads no
+// clock. A Picker must not be copied.
+type Picker struct {
+	// Immutable after New.
+	cfg config
+
+	// Atomic.
+	snap   atomic.Pointer[snapshot]        // the published set; empty, never nil, after New
+	pool   [PoolSize]atomic.Pointer[probe] // answers; nil slots are empty
+	demand atomic.Uint64                   // probes asked for and not sent, in rateUnit
+	sent   atomic.Uint64                   // probes sent, for Stats
+	failed atomic.Uint64                   // probes that failed
+
+	// Guarded by mu, which only Update takes.
+	mu  sync.Mutex
+	reg balancer.Registry[state]
+
+	// Guarded by life: Start and Close.
+	life    sync.Mutex
+	started bool
+	closed  bool
+	cancel  context.CancelFunc
+	running sync.WaitGroup
+}
+
+// state is this picker's own count of requests in flight on a backend,
+// kept by ID across updates.
+type state struct {
+	balancer.InFlight
+}
+
+// snapshot is a published set.
+type snapshot struct {
+	entries []entry
+	states  balancer.States[state]
+}
+
+// entry is one backend with its ID read once and its state.
+type entry struct {
+	b  balancer.Backend
+	id string
+	st *state
+}
+
+// probe is one probe answer in the pool. Immutable but for uses.
+type probe struct {
+	st    *state  // whose answer
+	pos   int     // its index in the snapshot it was made for; checked on use
+	rif   float64 // requests in flight the backend reported
+	lat   float64 // its latency estimate, in nanoseconds
+	local int64   // this picker's requests in flight on it when the answer came
+	at    int64   // when the answer came, in clock nanoseconds
+	uses  atomic.Int32
+}
+
+var (
+	_ balancer.Balancer = (*Picker)(nil)
+	_ balancer.Feedback = (*Picker)(nil)
+)
+
+// Option configures a Picker.
+type Option interface {
+	apply(*config)
+}
+
+type config struct {
+	probe    ProbeFunc
+	quantile float64
+	rate     uint64 // probes per pick, in rateUnit
+	reuse    int32
+	maxAge   time.Duration
+	timeout  time.Duration
+	tick     time.Duration
+	rand     func() uint64
+	clock    func() time.Time
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithQuantile sets Q_RIF, the quantile of the pool's requests in flight
+// above which a backend is hot. The default is DefaultQuantile (0.84).
+// 1 makes every backend cold, so that latency alone decides; 0 makes hot
+// all but the least loaded, so that requests in flight decide. Values
+// outside [0, 1], and NaN, are ignored.
+func WithQuantile(q float64) Option {
+	return optionFunc(func(c *config) {
+		if q >= 0 && q <= 1 {
+			c.quantile = q
+		}
+	})
+}
+
+// WithProbeRate sets how many probes each pick asks for, on average; 0.5
+// is one probe every other pick. The default is DefaultProbeRate (1).
+// Values are clamped to [0.01, 16].
+func WithProbeRate(r float64) Option {
+	return optionFunc(func(c *config) {
+		if !math.IsNaN(r) {
+			c.rate = uint64(min(max(r, 0.01), maxProbeRate) * rateUnit)
+		}
+	})
+}
+
+// WithReuse sets how many picks one probe answer may serve before it
+// leaves the pool. The default is DefaultReuse (4). Values below 1 are
+// raised to 1.
+func WithReuse(n int) Option {
+	return optionFunc(func(c *config) { c.reuse = int32(min(max(n, 1), math.MaxInt32)) })
+}
+
+// WithMaxAge sets how long a probe answer stays in the pool. The default
+// is DefaultMaxAge (1 s). Values below a millisecond are ignored.
+func WithMaxAge(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d >= time.Millisecond {
+			c.maxAge = d
+		}
+	})
+}
+
+// WithProbeTimeout bounds each probe. The default is DefaultProbeTimeout
+// (500 ms). Values of zero or less are ignored.
+func WithProbeTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.timeout = d
+		}
+	})
+}
+
+// WithTick sets how often the probe loop sends the probes asked for and
+// drops stale answers: a probe leaves at most a tick after the pick that
+// asked for it. The default is DefaultTick (2 ms). Values below 100 µs
+// are raised to it.
+func WithTick(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.tick = max(d, 100*time.Microsecond) })
+}
+
+// WithRand sets the random source for the backends to probe and for picks
+// made without probes. The default is math/rand/v2's Uint64. It must be
+// safe for concurrent use. A nil f is ignored.
+func WithRand(f func() uint64) Option {
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.rand = f
+		}
+	})
+}
+
+// WithClock sets the clock probe answers are stamped and aged by (Pick
+// reads none). The default is the monotonic clock.
+func WithClock(now func() time.Time) Option {
+	return optionFunc(func(c *config) {
+		if now != nil {
+			c.clock = now
+		}
+	})
+}
+
+// New returns a probing Picker with an empty set, probing with probe; call
+// Update to give it backends, and Start to probe. Without Start (and after
+// Close) nothing is probed and, once the pool is empty, picks are random;
+// so is every pick with a nil probe.
+func New(probe ProbeFunc, opts ...Option) *Picker {
+	c := config{
+		probe:    probe,
+		quantile: DefaultQuantile,
+		rate:     uint64(DefaultProbeRate * rateUnit),
+		reuse:    DefaultReuse,
+		maxAge:   DefaultMaxAge,
+		timeout:  DefaultProbeTimeout,
+		tick:     DefaultTick,
+		rand:     rand.Uint64,
+	}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if c.clock == nil {
+		epoch := time.Now()
+		c.clock = func() time.Time { return epoch.Add(time.Since(epoch)) }
+	}
+	p := &Picker{cfg: c}
+	p.snap.Store(&snapshot{})
+	return p
+}
+
+// ticks returns the clock in nanoseconds.
+func (p *Picker) ticks() int64 { return p.cfg.clock().UnixNano() }
+
+// Update replaces the set. It validates bs first (see balancer.Validate)
+// and on error keeps the previous set. Weights are validated and not
+// used: probes say what each backend can take. Requests in flight are
+// kept by ID; probe answers for backends that stay are kept (moved to
+// their new place), those for backends that left are dropped.
+//
+// Cost: O(n) plus the registry's bookkeeping, and a few allocations.
+func (p *Picker) Update(bs []balancer.Backend) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	set, err := balancer.NewSet(bs)
+	if err != nil {
+		return fmt.Errorf("prequal: update: %w", err)
+	}
+	states := p.reg.Sync(set.Backends)
+	s := &snapshot{entries: make([]entry, set.Len()), states: states}
+	pos := make(map[*state]int, set.Len())
+	for i, b := range set.Backends {
+		s.entries[i] = entry{b: b, id: set.IDs[i], st: states.At(i)}
+		pos[s.entries[i].st] = i
+	}
+	p.snap.Store(s)
+	for i := range p.pool {
+		old := p.pool[i].Load()
+		if old == nil {
+			continue
+		}
+		var moved *probe
+		if j, ok := pos[old.st]; ok {
+			moved = &probe{st: old.st, pos: j, rif: old.rif, lat: old.lat, local: old.local, at: old.at}
+			moved.uses.Store(old.uses.Load())
+		}
+		p.pool[i].CompareAndSwap(old, moved) // a probe answer may have taken the slot meanwhile
+	}
+	return nil
+}
+
+// candidate is a usable probe answer as Pick weighs it.
+type candidate struct {
+	slot int
+	pr   *probe
+	rif  float64
+}
+
+// Pick returns a backend by the hot-cold rule over the pool's answers for
+// backends of the current set other than req.Avoid: a backend is hot when
+// its requests in flight, as probed plus those this picker has added since,
+// are above the Q_RIF quantile of the pool's; among the cold, the lowest
+// latency estimate wins (ties: fewer in flight); if all are hot, the
+// fewest in flight. With no usable answer it picks at random. It counts
+// the request in flight and the answer's use, and asks the probe loop for
+// more probes (WithProbeRate). It returns balancer.ErrNoBackend when the
+// set is empty.
+//
+// Cost: one atomic add for the probe demand, up to 16 atomic loads of the
+// pool and as many of in-flight counts, an insertion sort of at most 16
+// numbers, one atomic add for the use (and a compare-and-swap when the
+// answer is used up), one for the count. No lock, no allocation, no clock,
+// no I/O.
+func (p *Picker) Pick(req balancer.Request) (balancer.Backend, error) {
+	s := p.snap.Load()
+	n := len(s.entries)
+	switch n {
+	case 0:
+		return nil, balancer.ErrNoBackend
+	case 1:
+		e := &s.entries[0]
+		e.st.Inc()
+		p.ask()
+		return e.b, nil
+	}
+	p.ask()
+	// The newest usable answer of each backend in the pool.
+	var cands [PoolSize]candidate
+	m := 0
+	for i := range p.pool {
+		pr := p.pool[i].Load()
+		if pr == nil || pr.pos >= n {
+			continue
+		}
+		e := &s.entries[pr.pos]
+		if e.st != pr.st || e.id == req.Avoid {
+			continue // made for a set before, or the backend to avoid
+		}
+		j := 0
+		for j < m && cands[j].pr.st != pr.st {
+			j++
+		}
+		if j < m && cands[j].pr.at >= pr.at {
+			continue // an older answer of a backend already in
+		}
+		if j == m {
+			m++
+		}
+		cands[j] = candidate{slot: i, pr: pr, rif: pr.rif + float64(max(e.st.Load()-pr.local, 0))}
+	}
+	if m == 0 {
+		return p.random(s, req.Avoid), nil
+	}
+	var rifs [PoolSize]float64
+	for i := range cands[:m] {
+		rifs[i] = cands[i].rif
+	}
+	hot := quantile(rifs[:m], p.cfg.quantile)
+	best, bestCold := 0, cands[0].rif <= hot
+	for i := 1; i < m; i++ {
+		if cold := cands[i].rif <= hot; preferred(&cands[i], cold, &cands[best], bestCold) {
+			best, bestCold = i, cold
+		}
+	}
+	c := &cands[best]
+	if c.pr.uses.Add(1) >= p.cfg.reuse {
+		p.pool[c.slot].CompareAndSwap(c.pr, nil)
+	}
+	e := &s.entries[c.pr.pos]
+	e.st.Inc()
+	return e.b, nil
+}
+
+// preferred is the hot-cold rule: whether c (cold or not) wins over b. A
+// cold backend beats a hot one; between cold ones the lower latency wins,
+// then the fewer in flight; between hot ones the fewer in flight.
+func preferred(c *candidate, cold bool, b *candidate, bCold bool) bool {
+	switch {
+	case cold != bCold:
+		return cold
+	case cold && c.pr.lat != b.pr.lat:
+		return c.pr.lat < b.pr.lat
+	}
+	return c.rif < b.rif
+}
+
+// ask adds one pick's worth of probes to the demand.
+func (p *Picker) ask() {
+	if p.cfg.probe != nil {
+		p.demand.Add(p.cfg.rate)
+	}
+}
+
+// quantile returns the q-quantile of xs (nearest rank below: the
+// ⌊q·(n−1)⌋-th smallest), sorting them in place. n is at most PoolSize,
+// and an insertion sort of 16 numbers is cheaper than anything cleverer.
+func quantile(xs []float64, q float64) float64 {
+	for i := 1; i < len(xs); i++ {
+		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
+			xs[j], xs[j-1] = xs[j-1], xs[j]
+		}
+	}
+	return xs[int(q*float64(len(xs)-1))]
+}
+
+// random counts and returns a backend drawn uniformly, other than avoid
+// (n ≥ 2).
+func (p *Picker) random(s *snapshot, avoid string) balancer.Backend {
+	n := uint64(len(s.entries))
+	i, _ := bits.Mul64(p.cfg.rand(), n)
+	if s.entries[i].id == avoid {
+		i = (i + 1) % n
+	}
+	e := &s.entries[i]
+	e.st.Inc()
+	return e.b
+}
+
+// Done takes the request off the backend's in-flight count. The Result is
+// not read: latency and load come from probes. Done for nil, for a
+// backend never in the set, or for one removed long ago does nothing.
+//
+// Cost: one map read by ID and one atomic compare-and-swap. No lock, no
+// allocation.
+func (p *Picker) Done(b balancer.Backend, _ balancer.Result) {
+	if st := p.snap.Load().states.Lookup(b); st != nil {
+		st.Dec()
+	}
+}
+
+// Stats is what a Picker has done and holds, for metrics and tests.
+type Stats struct {
+	// Pool is the number of probe answers in the pool.
+	Pool int
+	// Sent and Failed count the probes sent since New, and those that
+	// failed (an error, a timeout).
+	Sent, Failed uint64
+}
+
+// Stats returns the pool's size and the probe counts.
+func (p *Picker) Stats() Stats {
+	st := Stats{Sent: p.sent.Load(), Failed: p.failed.Load()}
+	for i := range p.pool {
+		if p.pool[i].Load() != nil {
+			st.Pool++
+		}
+	}
+	return st
+}
+
+// InFlight returns the requests this picker has in flight on the backend
+// with this ID (0 for an unknown one).
+func (p *Picker) InFlight(id string) int64 {
+	if st := p.snap.Load().states.LookupID(id); st != nil {
+		return st.Load()
+	}
+	return 0
+}
+
+// Errors of Start.
+var (
+	errStarted = errors.New("prequal: already started")
+	errClosed  = errors.New("prequal: closed")
+)
+
+// Start runs the probe loop until ctx ends or Close is called: every tick
+// it drops answers older than the maximum age and sends the probes the
+// picks asked for, each in its own goroutine, at most 16 at a time (asks
+// beyond those are dropped: a backend slow to answer probes is slow). It
+// returns an error if called twice or after Close.
+//
+// The loop allocates (a goroutine, a context and an answer per probe, and
+// what the ProbeFunc allocates); Pick and Done never do.
+func (p *Picker) Start(ctx context.Context) error {
+	p.life.Lock()
+	defer p.life.Unlock()
+	switch {
+	case p.closed:
+		return errClosed
+	case p.started:
+		return errStarted
+	}
+	p.started = true
+	ctx, p.cancel = context.WithCancel(ctx)
+	p.running.Add(1)
+	go func() {
+		defer p.running.Done()
+		p.loop(ctx)
+	}()
+	return nil
+}
+
+// Close stops the probe loop, waits for it and for the probes it sent to
+// end, and empties the pool, whose answers would no longer age out. Pick,
+// Done and Update keep working; picks are random. Close is idempotent.
+func (p *Picker) Close() error {
+	p.life.Lock()
+	p.closed = true
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.life.Unlock()
+	p.running.Wait()
+	for i := range p.pool {
+		p.pool[i].Store(nil)
+	}
+	return nil
+}
+
+// loop is the probe loop, until ctx ends.
+func (p *Picker) loop(ctx context.Context) {
+	sem := make(chan struct{}, PoolSize)
+	var probes sync.WaitGroup
+	defer probes.Wait()
+	t := time.NewTicker(p.cfg.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.tick(ctx, sem, &probes)
+	}
+}
+
+// tick drops stale answers and sends the probes asked for.
+func (p *Picker) tick(ctx context.Context, sem chan struct{}, probes *sync.WaitGroup) {
+	now := p.ticks()
+	for i := range p.pool {
+		if pr := p.pool[i].Load(); pr != nil && now-pr.at > int64(p.cfg.maxAge) {
+			p.pool[i].CompareAndSwap(pr, nil)
+		}
+	}
+	k := p.demand.Swap(0)
+	p.demand.Add(k % rateUnit) // the fraction waits for the next pick
+	s := p.snap.Load()
+	if len(s.entries) == 0 || p.cfg.probe == nil {
+		return
+	}
+	for range k / rateUnit {
+		select {
+		case sem <- struct{}{}:
+		default:
+			return // 16 probes out: drop the rest of the asks
+		}
+		i, _ := bits.Mul64(p.cfg.rand(), uint64(len(s.entries)))
+		e := s.entries[i]
+		probes.Add(1)
+		p.sent.Add(1)
+		go func() {
+			defer probes.Done()
+			defer func() { <-sem }()
+			p.probeOne(ctx, s, int(i), e)
+		}()
+	}
+}
+
+// probeOne probes e, the i-th backend of s, and puts the answer in the
+// pool: in an empty slot, or in place of the oldest answer.
+func (p *Picker) probeOne(ctx context.Context, s *snapshot, i int, e entry) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.timeout)
+	defer cancel()
+	l, err := p.cfg.probe(ctx, e.b)
+	if err != nil || l.InFlight < 0 || l.Latency < 0 {
+		p.failed.Add(1)
+		return
+	}
+	if now := p.snap.Load(); now != s {
+		// The set changed while the probe was out: find the backend's new
+		// place, if it is still in the set.
+		i = -1
+		for j := range now.entries {
+			if now.entries[j].st == e.st {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			return
+		}
+	}
+	pr := &probe{st: e.st, pos: i, rif: l.InFlight, lat: float64(l.Latency), local: e.st.Load(), at: p.ticks()}
+	p.insert(pr)
+}
+
+// insert puts pr in an empty slot, or in place of the oldest answer;
+// concurrent inserts and Picks may race for a slot, so it retries a few
+// times and then gives up (the next probe comes soon).
+func (p *Picker) insert(pr *probe) {
+	for range 4 {
+		oldest, at := -1, int64(math.MaxInt64)
+		for i := range p.pool {
+			cur := p.pool[i].Load()
+			if cur == nil {
+				if p.pool[i].CompareAndSwap(nil, pr) {
+					return
+				}
+				continue
+			}
+			if cur.at < at {
+				oldest, at = i, cur.at
+			}
+		}
+		if oldest >= 0 {
+			if cur := p.pool[oldest].Load(); cur != nil && cur.at == at && p.pool[oldest].CompareAndSwap(cur, pr) {
+				return
+			}
+		}
+	}
+}
