@@ -16,16 +16,22 @@ import (
 	"github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/examples/lbhttp"
 	"github.com/lbkit/lbkit/leastconn"
+	"github.com/lbkit/lbkit/lrt/prequal"
 	"github.com/lbkit/lbkit/wrr"
 )
 
 // reporting starts a loopback backend that answers in about 2 ms behind a
 // Reporter, and counts what it serves.
 func reporting(t *testing.T, cfg lbhttp.ReporterConfig) (*httptest.Server, *atomic.Int64) {
+	return reportingAfter(t, 2*time.Millisecond, cfg)
+}
+
+// reportingAfter is reporting for a backend that answers after d.
+func reportingAfter(t *testing.T, d time.Duration, cfg lbhttp.ReporterConfig) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
 	var served atomic.Int64
 	rep, err := lbhttp.NewReporter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(d)
 		served.Add(1)
 		_, _ = io.WriteString(w, "ok")
 	}), cfg)
@@ -140,6 +146,31 @@ func TestLoopbackReportsShiftTraffic(t *testing.T) {
 		assert.Greater(t, shares[0], 2*shares[2])
 		assert.InDelta(t, shares[0], shares[1], 0.15, "the two alike")
 	})
+}
+
+// Prequal over real probes: lbhttp's Prober asks each backend's Reporter
+// for its requests in flight and latency, and the backend that answers in
+// 2 ms gets most requests. With two backends the 0.84 quantile of two RIFs
+// is the lower one, so the rule is "the fewer in flight, as last probed":
+// the fast backend, which empties its queue ten times as fast. Measured
+// with -race and two busy loops beside, three runs: 0.715 to 0.777 of the
+// requests to the fast one (0.80 on an idle machine), 321 to 1808 probes.
+func TestLoopbackPrequal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for about two seconds")
+	}
+	fast, nf := reportingAfter(t, 2*time.Millisecond, lbhttp.ReporterConfig{})
+	slow, ns := reportingAfter(t, 20*time.Millisecond, lbhttp.ReporterConfig{})
+	pr, err := lbhttp.NewProber(lbhttp.ProberConfig{})
+	require.NoError(t, err)
+	p := prequal.New(pr.Probe)
+	require.NoError(t, p.Start(context.Background()))
+	defer p.Close()
+	shares := drive(t, p, []*httptest.Server{fast, slow}, []*atomic.Int64{nf, ns}, 500*time.Millisecond, 1500*time.Millisecond)
+	st := p.Stats()
+	t.Logf("shares %.3f; probes sent %d, failed %d", shares, st.Sent, st.Failed)
+	assert.Greater(t, shares[0], 0.6, "the fast backend's share")
+	assert.Greater(t, st.Sent, uint64(0))
 }
 
 func weights(p *wrr.Reported, srvs []*httptest.Server) []float64 {
