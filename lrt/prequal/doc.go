@@ -23,7 +23,8 @@
 // What a caller must do:
 //
 //   - Start: probes are sent by the loop Start runs, until its context
-//     ends or Close. Without it nothing is probed and picks are random.
+//     ends or Close. Without it nothing is probed, and picks fall back to
+//     two random choices on this picker's own in-flight counts.
 //     A decorator in front (health) does not start it for you: call
 //     Start on the Picker itself.
 //   - Probe: New takes the function that asks a backend; it returns the
@@ -61,8 +62,13 @@
 // 1, 2, 3, 20 is 3 (the ⌊0.84·3⌋ = 2nd, counting from 0), so d is hot
 // despite its speed, and b, the fastest of a, b, c, wins (TestHotCold).
 // Q_RIF 1 makes every backend cold (latency alone: d); 0 makes all but
-// the least loaded hot (RIF alone: a). With no usable answer (at start, or
-// after every answer aged out) Pick picks at random.
+// the least loaded hot (RIF alone: a). With no usable answer (at start,
+// after every answer aged out or was used up, without Start) Pick takes
+// the one of two backends drawn at random with fewer of this picker's
+// requests in flight. That is lbkit's choice (what the paper does with
+// an empty pool was not checked): when requests come faster than answers
+// (16 answers of 4 picks each serve 64 picks), the pool runs dry between
+// two turns of the loop, and blind draws would scatter those requests.
 //
 // Each pick adds one probe to the demand (WithProbeRate; fractions carry
 // over), so probing follows the request rate. Every tick (2 ms;

@@ -221,8 +221,10 @@ func WithClock(now func() time.Time) Option {
 
 // New returns a probing Picker with an empty set, probing with probe; call
 // Update to give it backends, and Start to probe. Without Start (and after
-// Close) nothing is probed and, once the pool is empty, picks are random;
-// so is every pick with a nil probe.
+// Close) nothing is probed and, once the pool is empty, picks fall back to
+// two random choices on this picker's in-flight counts. With a nil probe,
+// Start's loop sends nothing, and the pool fills only through Observe (a
+// caller that probes by itself, after Step).
 func New(probe ProbeFunc, opts ...Option) *Picker {
 	c := config{
 		probe:    probe,
@@ -298,7 +300,8 @@ type candidate struct {
 // its requests in flight, as probed plus those this picker has added since,
 // are above the Q_RIF quantile of the pool's; among the cold, the lowest
 // latency estimate wins (ties: fewer in flight); if all are hot, the
-// fewest in flight. With no usable answer it picks at random. It counts
+// fewest in flight. With no usable answer it takes the one of two random
+// backends with fewer of this picker's requests in flight. It counts
 // the request in flight and the answer's use, and asks the probe loop for
 // more probes (WithProbeRate). It returns balancer.ErrNoBackend when the
 // set is empty.
@@ -346,7 +349,7 @@ func (p *Picker) Pick(req balancer.Request) (balancer.Backend, error) {
 		cands[j] = candidate{slot: i, pr: pr, rif: pr.rif + float64(max(e.st.Load()-pr.local, 0))}
 	}
 	if m == 0 {
-		return p.random(s, req.Avoid), nil
+		return p.fallback(s, req.Avoid), nil
 	}
 	var rifs [PoolSize]float64
 	for i := range cands[:m] {
@@ -382,11 +385,7 @@ func preferred(c *candidate, cold bool, b *candidate, bCold bool) bool {
 }
 
 // ask adds one pick's worth of probes to the demand.
-func (p *Picker) ask() {
-	if p.cfg.probe != nil {
-		p.demand.Add(p.cfg.rate)
-	}
-}
+func (p *Picker) ask() { p.demand.Add(p.cfg.rate) }
 
 // quantile returns the q-quantile of xs (nearest rank below: the
 // ⌊q·(n−1)⌋-th smallest), sorting them in place. n is at most PoolSize,
@@ -400,17 +399,29 @@ func quantile(xs []float64, q float64) float64 {
 	return xs[int(q*float64(len(xs)-1))]
 }
 
-// random counts and returns a backend drawn uniformly, other than avoid
-// (n ≥ 2).
-func (p *Picker) random(s *snapshot, avoid string) balancer.Backend {
+// fallback counts and returns, for a pick with no usable answer, the one
+// of two backends drawn at random (other than avoid; n ≥ 2) with fewer of
+// this picker's requests in flight: the power of two choices on what the
+// picker knows without probes, rather than a blind draw, so that a pool
+// that runs dry between two turns of the loop does not scatter requests.
+func (p *Picker) fallback(s *snapshot, avoid string) balancer.Backend {
+	r := p.cfg.rand()
 	n := uint64(len(s.entries))
-	i, _ := bits.Mul64(p.cfg.rand(), n)
-	if s.entries[i].id == avoid {
-		i = (i + 1) % n
+	i := uint64(uint32(r)) * n >> 32
+	j := (r >> 32) * (n - 1) >> 32
+	if j >= i {
+		j++
 	}
-	e := &s.entries[i]
-	e.st.Inc()
-	return e.b
+	a, b := &s.entries[i], &s.entries[j]
+	switch {
+	case a.id == avoid:
+		a = b
+	case b.id == avoid:
+	case b.st.Load() < a.st.Load():
+		a = b
+	}
+	a.st.Inc()
+	return a.b
 }
 
 // Done takes the request off the backend's in-flight count. The Result is
@@ -489,7 +500,8 @@ func (p *Picker) Start(ctx context.Context) error {
 
 // Close stops the probe loop, waits for it and for the probes it sent to
 // end, and empties the pool, whose answers would no longer age out. Pick,
-// Done and Update keep working; picks are random. Close is idempotent.
+// Done and Update keep working, on the fallback (see Pick). Close is
+// idempotent.
 func (p *Picker) Close() error {
 	p.life.Lock()
 	p.closed = true
@@ -521,8 +533,47 @@ func (p *Picker) loop(ctx context.Context) {
 	}
 }
 
-// tick drops stale answers and sends the probes asked for.
+// tick is one turn of Start's loop: step, with each probe sent in a
+// goroutine of its own, at most PoolSize at a time.
 func (p *Picker) tick(ctx context.Context, sem chan struct{}, probes *sync.WaitGroup) {
+	if p.cfg.probe == nil {
+		p.step(nil)
+		return
+	}
+	p.step(func(s *snapshot, i int) bool {
+		select {
+		case sem <- struct{}{}:
+		default:
+			return false // 16 probes out: drop the rest of the asks
+		}
+		probes.Add(1)
+		p.sent.Add(1)
+		go func() {
+			defer probes.Done()
+			defer func() { <-sem }()
+			p.probeOne(ctx, s, i)
+		}()
+		return true
+	})
+}
+
+// Step runs one turn of the probe loop by hand, for a simulation or a
+// test that drives time itself (WithClock) with no loop running: it drops
+// answers older than the maximum age, then calls send with the backend to
+// probe for each probe the picks have asked for since the last turn.
+// Answers go back through Observe, at once or later. Start's loop does
+// the same every tick, with send probing through the ProbeFunc.
+func (p *Picker) Step(send func(balancer.Backend)) {
+	p.step(func(s *snapshot, i int) bool {
+		send(s.entries[i].b)
+		return true
+	})
+}
+
+// step drops stale answers and calls launch for each probe asked for,
+// with the backend's place in the set, until launch returns false; a nil
+// launch sends nothing and forgets the asks.
+func (p *Picker) step(launch func(s *snapshot, i int) bool) {
 	now := p.ticks()
 	for i := range p.pool {
 		if pr := p.pool[i].Load(); pr != nil && now-pr.at > int64(p.cfg.maxAge) {
@@ -532,53 +583,73 @@ func (p *Picker) tick(ctx context.Context, sem chan struct{}, probes *sync.WaitG
 	k := p.demand.Swap(0)
 	p.demand.Add(k % rateUnit) // the fraction waits for the next pick
 	s := p.snap.Load()
-	if len(s.entries) == 0 || p.cfg.probe == nil {
+	if len(s.entries) == 0 || launch == nil {
 		return
 	}
 	for range k / rateUnit {
-		select {
-		case sem <- struct{}{}:
-		default:
-			return // 16 probes out: drop the rest of the asks
-		}
 		i, _ := bits.Mul64(p.cfg.rand(), uint64(len(s.entries)))
-		e := s.entries[i]
-		probes.Add(1)
-		p.sent.Add(1)
-		go func() {
-			defer probes.Done()
-			defer func() { <-sem }()
-			p.probeOne(ctx, s, int(i), e)
-		}()
+		if !launch(s, int(i)) {
+			return
+		}
 	}
 }
 
-// probeOne probes e, the i-th backend of s, and puts the answer in the
-// pool: in an empty slot, or in place of the oldest answer.
-func (p *Picker) probeOne(ctx context.Context, s *snapshot, i int, e entry) {
+// probeOne probes the i-th backend of s and takes its answer.
+func (p *Picker) probeOne(ctx context.Context, s *snapshot, i int) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.timeout)
 	defer cancel()
-	l, err := p.cfg.probe(ctx, e.b)
-	if err != nil || l.InFlight < 0 || l.Latency < 0 {
+	l, err := p.cfg.probe(ctx, s.entries[i].b)
+	if err != nil || !p.answer(s, i, l) {
 		p.failed.Add(1)
+	}
+}
+
+// Observe puts an answer about b in the pool, as a probe's: b's requests
+// in flight (l.InFlight) and its latency estimate (l.Latency), stamped
+// now. Use it for answers that come another way: probes your code sends
+// after Step, a simulator's backends, a report that came with a response.
+// An answer for a backend not in the set, or with a negative or NaN
+// figure, is ignored.
+//
+// Cost: O(n) to find b in the set, one allocation, and the insertion.
+func (p *Picker) Observe(b balancer.Backend, l balancer.Load) {
+	if b == nil {
 		return
 	}
+	s := p.snap.Load()
+	id := b.ID()
+	for i := range s.entries {
+		if s.entries[i].id == id {
+			p.answer(s, i, l)
+			return
+		}
+	}
+}
+
+// answer puts l, an answer about the i-th backend of s, in the pool, and
+// reports whether it did: not for a bad answer, nor for a backend that
+// left the set since s.
+func (p *Picker) answer(s *snapshot, i int, l balancer.Load) bool {
+	if !(l.InFlight >= 0) || l.Latency < 0 {
+		return false
+	}
+	st := s.entries[i].st
 	if now := p.snap.Load(); now != s {
 		// The set changed while the probe was out: find the backend's new
 		// place, if it is still in the set.
 		i = -1
 		for j := range now.entries {
-			if now.entries[j].st == e.st {
+			if now.entries[j].st == st {
 				i = j
 				break
 			}
 		}
 		if i < 0 {
-			return
+			return false
 		}
 	}
-	pr := &probe{st: e.st, pos: i, rif: l.InFlight, lat: float64(l.Latency), local: e.st.Load(), at: p.ticks()}
-	p.insert(pr)
+	p.insert(&probe{st: st, pos: i, rif: l.InFlight, lat: float64(l.Latency), local: st.Load(), at: p.ticks()})
+	return true
 }
 
 // insert puts pr in an empty slot, or in place of the oldest answer;

@@ -3,6 +3,7 @@ package prequal_test
 import (
 	"context"
 	"errors"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -282,4 +283,37 @@ func TestStartProbes(t *testing.T) {
 	assert.Zero(t, p.Stats().Pool, "Close empties the pool")
 	assert.ErrorContains(t, p.Start(ctx), "closed")
 	_ = pickID(t, p, balancer.Request{}) // still a picker
+}
+
+// Observe and Step drive the pool by hand, as a simulator does: Step
+// drops stale answers and names the backends to probe, Observe takes the
+// answers.
+func TestStepObserve(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	bs := balancer.Endpoints("a", "b")
+	p := prequal.New(nil, prequal.WithClock(func() time.Time { return now }), prequal.WithRand(cycling(2)),
+		prequal.WithReuse(1000))
+	require.NoError(t, p.Update(bs))
+	p.Observe(bs[0], balancer.Load{InFlight: 5, Latency: time.Millisecond})
+	p.Observe(bs[1], balancer.Load{InFlight: 0, Latency: 9 * time.Millisecond})
+	p.Observe(balancer.NewEndpoint("x", 1), balancer.Load{})    // not in the set
+	p.Observe(bs[1], balancer.Load{InFlight: math.NaN()})       // bad
+	p.Observe(bs[1], balancer.Load{Latency: -time.Millisecond}) // bad
+	assert.Equal(t, 2, p.Stats().Pool)
+	assert.Equal(t, "b", pickID(t, p, balancer.Request{}), "a is hot")
+	var asked []string
+	p.Step(func(b balancer.Backend) { asked = append(asked, b.ID()) })
+	assert.Equal(t, []string{"a"}, asked, "the pick asked for one probe; the source cycles")
+	asked = nil
+
+	q := prequal.New(newFleet().probe, prequal.WithClock(func() time.Time { return now }), prequal.WithRand(cycling(2)))
+	require.NoError(t, q.Update(bs))
+	q.Observe(bs[0], balancer.Load{})
+	for range 3 {
+		_, _ = q.Pick(balancer.Request{})
+	}
+	now = now.Add(2 * prequal.DefaultMaxAge)
+	q.Step(func(b balancer.Backend) { asked = append(asked, b.ID()) })
+	assert.Len(t, asked, 3)
+	assert.Zero(t, q.Stats().Pool, "the stale answer dropped")
 }
