@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"time"
 
 	"github.com/lbkit/lbkit/balancer"
@@ -8,6 +9,7 @@ import (
 	"github.com/lbkit/lbkit/iphash"
 	"github.com/lbkit/lbkit/leastconn"
 	"github.com/lbkit/lbkit/lrt"
+	"github.com/lbkit/lbkit/lrt/prequal"
 	"github.com/lbkit/lbkit/rr"
 	"github.com/lbkit/lbkit/wrr"
 )
@@ -32,6 +34,13 @@ type Algorithm struct {
 	// it the scenario's weights (the others see equal weights, as in the
 	// study lbkit grew out of).
 	Weighted bool
+	// Load is the load report the benchmark passes in every Done, for the
+	// algorithms of LoadAware that weigh reports; the zero Load for the
+	// others.
+	Load balancer.Load
+	// Prepare, when set, brings a picker just given its set to the state
+	// it serves in before the benchmark times it (prequal: a full pool).
+	Prepare func(balancer.Balancer, []balancer.Backend)
 }
 
 // Algorithms returns every lbkit algorithm with its defaults, plus the
@@ -71,6 +80,65 @@ func Algorithms() []Algorithm {
 		algorithm("lrt-naive", false, func(r func() uint64, now func() time.Time) balancer.Balancer {
 			return lrt.New(lrt.WithMode(lrt.Naive), lrt.WithRand(r), lrt.WithClock(now))
 		}),
+	}
+}
+
+// LoadAware returns the algorithms that weigh what the backends say of
+// their own load, beside Algorithms' for the selection-cost benchmark:
+// wrr's Reported (weights after gRFC A58 from load reports),
+// leastconn with WithReports (two choices on reported utilisation) and
+// lrt/prequal (probes). They are kept out of Algorithms so that what the
+// simulator and the proxy command run by default is unchanged until they
+// can feed them: the first two need Result.Load in Done, prequal probe
+// answers (through Start's loop, or Step and Observe in virtual time).
+//
+// In the benchmark, every Done carries a report (Load), and prequal's pool
+// is filled with 16 answers that neither age out nor are used up, so that
+// every pick runs the hot-cold rule over a full pool: its cost when
+// probes keep up.
+func LoadAware() []Algorithm {
+	report := balancer.Load{RPS: 100, Application: 0.5, EPS: 1}
+	return []Algorithm{
+		{
+			Name: "wrr-reported",
+			New:  func() balancer.Balancer { return wrr.NewReported() },
+			Sim: func(r func() uint64, now func() time.Time) balancer.Balancer {
+				return wrr.NewReported(wrr.WithRand(r), wrr.WithClock(now))
+			},
+			Load: report,
+		},
+		{
+			Name: "leastconn-reports",
+			New:  func() balancer.Balancer { return leastconn.New(leastconn.WithReports()) },
+			Sim: func(r func() uint64, now func() time.Time) balancer.Balancer {
+				return leastconn.New(leastconn.WithReports(), leastconn.WithRand(r), leastconn.WithClock(now))
+			},
+			Load: report,
+		},
+		{
+			Name: "prequal",
+			New: func() balancer.Balancer {
+				return prequal.New(nil, prequal.WithReuse(math.MaxInt32), prequal.WithMaxAge(math.MaxInt64))
+			},
+			Sim: func(r func() uint64, now func() time.Time) balancer.Balancer {
+				return prequal.New(nil, prequal.WithRand(r), prequal.WithClock(now))
+			},
+			Prepare: fillPool,
+		},
+	}
+}
+
+// fillPool gives a prequal picker one answer from each of up to 16
+// backends of set, with requests in flight from 0 to 15 and latencies
+// that fall as they rise, so that the hot-cold rule has both kinds to
+// weigh.
+func fillPool(b balancer.Balancer, set []balancer.Backend) {
+	p, ok := b.(*prequal.Picker)
+	if !ok {
+		return
+	}
+	for i := range min(len(set), prequal.PoolSize) {
+		p.Observe(set[i], balancer.Load{InFlight: float64(i), Latency: time.Duration(20-i) * time.Millisecond})
 	}
 }
 

@@ -25,4 +25,11 @@
 // balancer.Feedback (leastconn, consistent's bounded ring, lrt), since a
 // proxy pays both per request. The keys are client addresses, so the hash
 // pickers' figures include hashing (and, for iphash, parsing) the key.
+//
+// The pickers that weigh what backends say of their load, LoadAware
+// (wrr-reported, leastconn-reports, prequal), run in the same harness
+// beside the others: their Done gets a load report every time, and
+// prequal's pool is kept full, so that each row costs the path it names.
+// They are not in Algorithms, and so not in the simulator's or the proxy
+// command's default runs, until those feed them reports and probes.
 package bench

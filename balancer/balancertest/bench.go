@@ -16,6 +16,13 @@ type BenchOptions struct {
 	// Weighted gives the backends weights drawn uniformly from 1 to 100, from
 	// a fixed seed, so that every run measures the same set.
 	Weighted bool
+	// Load is the load report every Done passes (balancer.Result.Load), for
+	// pickers that weigh reports; the zero Load passes none.
+	Load balancer.Load
+	// Prepare, when set, is called after Update and before the timing, with
+	// the Balancer and its set: to bring a picker to the state it serves
+	// in (a probing picker's pool filled, say).
+	Prepare func(balancer.Balancer, []balancer.Backend)
 }
 
 // Benchmark measures one selection: Pick, followed by Done when the
@@ -37,11 +44,15 @@ func Benchmark(b *testing.B, newBalancer func() balancer.Balancer, opt BenchOpti
 	ks := keys(1024)
 	for _, n := range sizes {
 		bal := newBalancer()
-		if err := bal.Update(benchSet(n, opt.Weighted)); err != nil {
+		set := benchSet(n, opt.Weighted)
+		if err := bal.Update(set); err != nil {
 			b.Fatalf("Update: %v", err)
 		}
+		if opt.Prepare != nil {
+			opt.Prepare(bal, set)
+		}
 		fb, _ := bal.(balancer.Feedback) // nil: measure Pick alone
-		res := balancer.Result{Latency: 1e6}
+		res := balancer.Result{Latency: 1e6, Load: opt.Load}
 		b.Run(fmt.Sprintf("n=%d/mode=serial", n), func(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
