@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/serviceconfig"
@@ -60,8 +61,42 @@ type Config struct {
 	// above 1 and at most 100; 1.25 is a common choice. Zero means no bound.
 	BoundedLoad float64 `json:"boundedLoad,omitempty"`
 
+	// The settings of gRPC's weighted_round_robin (gRFC A58), under its
+	// names, for lbkit_wrr_orca only; each unset means wrr's default
+	// (wrr.DefaultBlackout, DefaultExpiry, DefaultWeightPeriod,
+	// DefaultErrorPenalty: A58's). Durations are strings, "10s", "0.5s".
+	// A58's enableOobLoadReport is not offered: reports come with each RPC.
+	BlackoutPeriod          *Duration `json:"blackoutPeriod,omitempty"`
+	WeightExpirationPeriod  *Duration `json:"weightExpirationPeriod,omitempty"`
+	WeightUpdatePeriod      *Duration `json:"weightUpdatePeriod,omitempty"`
+	ErrorUtilizationPenalty *float64  `json:"errorUtilizationPenalty,omitempty"`
+
 	// failures is FailureCodes as a set, indexed by code.
 	failures failureSet
+}
+
+// Duration is a time.Duration written in JSON as a string ParseDuration
+// reads, such as "10s" or "0.5s", as durations are in a service config.
+type Duration time.Duration
+
+// UnmarshalJSON reads a duration string of zero or more.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string such as \"10s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("duration %q is not a duration of 0 or more", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// orcaSet reports whether cfg sets any of the A58 settings.
+func (cfg *Config) orcaSet() bool {
+	return cfg.BlackoutPeriod != nil || cfg.WeightExpirationPeriod != nil ||
+		cfg.WeightUpdatePeriod != nil || cfg.ErrorUtilizationPenalty != nil
 }
 
 // failureSet has one bit per status code (there are 17).
@@ -95,6 +130,12 @@ func (b *Builder) check(cfg *Config) error {
 		return errors.New(`"key" is only for the hash policies; this one has no affinity`)
 	case !b.bounded && cfg.BoundedLoad != 0:
 		return fmt.Errorf(`"boundedLoad" is only for %s`, RingHash)
+	case !b.orca && cfg.orcaSet():
+		return fmt.Errorf(`blackoutPeriod, weightExpirationPeriod, weightUpdatePeriod and errorUtilizationPenalty are only for %s`, ReportedWRR)
+	case cfg.ErrorUtilizationPenalty != nil && !(*cfg.ErrorUtilizationPenalty >= 0):
+		return fmt.Errorf(`"errorUtilizationPenalty" %v is negative`, *cfg.ErrorUtilizationPenalty)
+	case cfg.WeightExpirationPeriod != nil && *cfg.WeightExpirationPeriod == 0:
+		return errors.New(`"weightExpirationPeriod" must be more than 0`)
 	}
 	fc := cfg.FailureCodes
 	if len(fc) == 0 {

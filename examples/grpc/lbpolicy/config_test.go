@@ -41,6 +41,9 @@ func TestParseConfig(t *testing.T) {
 		{policy: lbpolicy.RingHash, js: `{"key": "x-user"}`, key: "x-user"},
 		{policy: lbpolicy.RingHash, js: `{"key": "x-user", "boundedLoad": 1.25}`, key: "x-user"},
 		{policy: lbpolicy.IPHash, js: `{"key": "x-client-ip"}`, key: "x-client-ip"},
+		{policy: lbpolicy.ReportedWRR, js: `{}`},
+		{policy: lbpolicy.ReportedWRR, js: `{"blackoutPeriod": "0s", "weightExpirationPeriod": "1m", "weightUpdatePeriod": "0.5s", "errorUtilizationPenalty": 0}`},
+		{policy: lbpolicy.LeastConnORCA, js: `{}`},
 
 		{policy: lbpolicy.RingHash, js: `{}`, wantErr: `"key" is required`},
 		{policy: lbpolicy.Maglev, js: `{"boundedLoad": 1.5, "key": "k"}`, wantErr: `"boundedLoad" is only for lbkit_ring_hash`},
@@ -53,6 +56,13 @@ func TestParseConfig(t *testing.T) {
 		{policy: lbpolicy.RoundRobin, js: `{"failureCodes": [17]}`, wantErr: `invalid code`},
 		{policy: lbpolicy.RoundRobin, js: `{"choices": 2}`, wantErr: `unknown field "choices"`},
 		{policy: lbpolicy.RoundRobin, js: `{"key": 3`, wantErr: `lbpolicy: lbkit_round_robin config`},
+		{policy: lbpolicy.LeastConnORCA, js: `{"blackoutPeriod": "1s"}`, wantErr: `only for lbkit_wrr_orca`},
+		{policy: lbpolicy.ReportedWRR, js: `{"blackoutPeriod": 10}`, wantErr: `a duration is a string`},
+		{policy: lbpolicy.ReportedWRR, js: `{"blackoutPeriod": "-1s"}`, wantErr: `not a duration of 0 or more`},
+		{policy: lbpolicy.ReportedWRR, js: `{"weightExpirationPeriod": "0s"}`, wantErr: `must be more than 0`},
+		{policy: lbpolicy.ReportedWRR, js: `{"errorUtilizationPenalty": -1}`, wantErr: `is negative`},
+		{policy: lbpolicy.ReportedWRR, js: `{"enableOobLoadReport": true}`, wantErr: `unknown field`},
+		{policy: lbpolicy.ReportedWRR, js: `{"key": "x"}`, wantErr: `"key" is only for the hash policies`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.policy+" "+tt.js, func(t *testing.T) {
@@ -74,7 +84,7 @@ func TestParseConfig(t *testing.T) {
 func TestBuilders(t *testing.T) {
 	want := []string{
 		lbpolicy.RoundRobin, lbpolicy.WeightedRoundRobin, lbpolicy.LeastConn, lbpolicy.LeastResponseTime,
-		lbpolicy.IPHash, lbpolicy.RingHash, lbpolicy.Maglev,
+		lbpolicy.IPHash, lbpolicy.RingHash, lbpolicy.Maglev, lbpolicy.ReportedWRR, lbpolicy.LeastConnORCA,
 	}
 	var got []string
 	for _, b := range lbpolicy.Builders() {

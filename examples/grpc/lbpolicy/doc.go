@@ -55,6 +55,8 @@
 //	lbkit_ip_hash      iphash                             {"key": "x-client-ip"}
 //	lbkit_ring_hash    consistent ring, bounded if asked  {"key": "x-user", "boundedLoad": 1.25}
 //	lbkit_maglev       consistent Maglev                  {"key": "x-user"}
+//	lbkit_wrr_orca     wrr's Reported (ORCA, gRFC A58)    {"blackoutPeriod": "10s", "weightUpdatePeriod": "1s"}
+//	lbkit_least_conn_orca  leastconn WithReports (ORCA)   {}
 //
 // Every config also takes "failureCodes". Unknown fields are refused, so a
 // misspelt setting fails the dial rather than being ignored. lbkit's naive
@@ -67,6 +69,40 @@
 // weight outside [1, balancer.MaxWeight], an endpoint without an address,
 // or two endpoints with the same first address is refused as a whole, and
 // the previous endpoints stay in use.
+//
+// # Load reports (ORCA)
+//
+// gRPC backends can report their load in every RPC's trailer, with
+// grpc-go's orca package (gRFC A51): serve with
+// orca.CallMetricsServerOption(rec), rec an orca.ServerMetricsRecorder on
+// which the server keeps its utilisation and rates up to date
+// (SetApplicationUtilization or SetCPUUtilization, SetQPS, SetEPS), and
+// record per-RPC metrics on orca.CallMetricsRecorderFromContext(ctx).
+// Call that in every handler (or in an interceptor after the orca one, as
+// TestORCAShiftsTraffic does), even with nothing per-RPC to record:
+// grpc-go sends the trailer, server-wide metrics included, only for RPCs
+// whose handler asked for their recorder. The policy hands each RPC's report to the lbkit picker's Done in
+// balancer.Result.Load: the fixed fields, and the named metrics behind
+// Load.Named (rif and latency_ms also in InFlight and Latency), without a
+// copy. Two built-in policies use them:
+//
+//   - lbkit_wrr_orca: weights qps / (utilisation + penalty × eps/qps),
+//     gRPC's weighted_round_robin (A58) on lbkit's smooth schedule. Its
+//     config takes A58's settings under A58's names: blackoutPeriod (10s),
+//     weightExpirationPeriod (3m), weightUpdatePeriod (1s, at least
+//     0.1s), errorUtilizationPenalty (1). Out-of-band reports
+//     (enableOobLoadReport) are not offered: reports come with each RPC,
+//     so an endpoint that gets no RPCs reports nothing, and after the
+//     expiry it weighs the mean of the others again.
+//   - lbkit_least_conn_orca: two choices on reported utilisation × (RPCs
+//     in flight + 1), in-flight counts alone for an endpoint without a
+//     fresh report.
+//
+// TestORCAShiftsTraffic runs both against real servers recording ORCA
+// metrics: three backends at 100 RPCs a second by their reports and
+// utilisation 0.2, 0.2, 0.8 got 44.4%, 44.4% and 11.1% of the RPCs under
+// lbkit_wrr_orca (A58's weights 500, 500, 125 give 1/9); at 0.3, 0.3,
+// 0.9 the third got 11 to 12% under lbkit_least_conn_orca.
 //
 // # How it works
 //

@@ -72,11 +72,18 @@ func (b *backend) setFail(err error) {
 // SERVING. They stop when the test ends.
 func startBackends(t testing.TB, delays ...time.Duration) []*backend {
 	t.Helper()
+	return startBackendsWith(t, func(int) []grpc.ServerOption { return nil }, delays...)
+}
+
+// startBackendsWith is startBackends with the server options opts gives
+// for the i-th server.
+func startBackendsWith(t testing.TB, opts func(i int) []grpc.ServerOption, delays ...time.Duration) []*backend {
+	t.Helper()
 	bs := make([]*backend, len(delays))
 	for i, d := range delays {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
-		b := &backend{name: fmt.Sprintf("b%d", i), addr: lis.Addr().String(), srv: grpc.NewServer(), health: health.NewServer()}
+		b := &backend{name: fmt.Sprintf("b%d", i), addr: lis.Addr().String(), srv: grpc.NewServer(opts(i)...), health: health.NewServer()}
 		b.delay.Store(int64(d))
 		echo.Register(b.srv, b.serve)
 		healthpb.RegisterHealthServer(b.srv, b.health)

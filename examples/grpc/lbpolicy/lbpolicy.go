@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	lbk "github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/consistent"
@@ -45,6 +46,13 @@ const (
 	// Maglev wraps consistent's Maglev table; the config's key names the
 	// metadata entry hashed.
 	Maglev = "lbkit_maglev"
+	// ReportedWRR wraps wrr's Reported: weights from the backends' per-RPC
+	// ORCA reports, qps / utilisation, as gRPC's weighted_round_robin
+	// (gRFC A58); the config takes A58's settings (see Config).
+	ReportedWRR = "lbkit_wrr_orca"
+	// LeastConnORCA wraps leastconn with WithReports: two choices on the
+	// utilisation the backends report per RPC, times the RPCs in flight.
+	LeastConnORCA = "lbkit_least_conn_orca"
 )
 
 // keyUse says what a policy does with Config.Key.
@@ -66,6 +74,7 @@ type Builder struct {
 	newBalancer func(*Config) (lbk.Balancer, error)
 	key         keyUse
 	bounded     bool // accepts Config.BoundedLoad
+	orca        bool // accepts the A58 settings of Config
 }
 
 var (
@@ -137,7 +146,27 @@ func Builders() []*Builder {
 		hashed(IPHash, func() lbk.Balancer { return iphash.New() }),
 		{name: RingHash, key: keyRequired, bounded: true, newBalancer: newRing},
 		hashed(Maglev, func() lbk.Balancer { return consistent.NewMaglev() }),
+		{name: ReportedWRR, key: keyRefused, orca: true, newBalancer: newReportedWRR},
+		plain(LeastConnORCA, func() lbk.Balancer { return leastconn.New(leastconn.WithReports()) }),
 	}
+}
+
+// newReportedWRR builds wrr's Reported with the config's A58 settings.
+func newReportedWRR(cfg *Config) (lbk.Balancer, error) {
+	var opts []wrr.ReportedOption
+	if d := cfg.BlackoutPeriod; d != nil {
+		opts = append(opts, wrr.WithBlackout(time.Duration(*d)))
+	}
+	if d := cfg.WeightExpirationPeriod; d != nil {
+		opts = append(opts, wrr.WithExpiry(time.Duration(*d)))
+	}
+	if d := cfg.WeightUpdatePeriod; d != nil {
+		opts = append(opts, wrr.WithWeightPeriod(time.Duration(*d)))
+	}
+	if f := cfg.ErrorUtilizationPenalty; f != nil {
+		opts = append(opts, wrr.WithErrorPenalty(*f))
+	}
+	return wrr.NewReported(opts...), nil
 }
 
 func newRing(cfg *Config) (lbk.Balancer, error) {

@@ -222,7 +222,9 @@ func (c *call) finish(info balancer.DoneInfo) {
 	p, e, childDone, start := c.p, c.e, c.childDone, c.start
 	c.p, c.e, c.childDone = nil, nil, nil
 	p.calls.Put(c)
-	p.fb.Done(e, p.result(info, start))
+	res := p.result(info, start)
+	res.Load = loadOf(info.ServerLoad)
+	p.fb.Done(e, res)
 	if childDone != nil {
 		childDone(info)
 	}

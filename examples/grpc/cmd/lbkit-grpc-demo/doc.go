@@ -13,6 +13,18 @@
 //	go run ./cmd/lbkit-grpc-demo -policy lbkit_least_conn -delays 2ms,2ms,40ms
 //	go run ./cmd/lbkit-grpc-demo -policy lbkit_ring_hash -stop 0
 //	go run ./cmd/lbkit-grpc-demo -policy lbkit_ring_hash -kill 0
+//	go run ./cmd/lbkit-grpc-demo -policy lbkit_wrr_orca -capacities 4,4,1 -delays 2ms,2ms,2ms \
+//		-rpcs 4000 -config '{"blackoutPeriod": "0.3s", "weightUpdatePeriod": "0.1s"}'
+//
+// With -capacities each server reports its load the ORCA way, through
+// grpc-go's orca package: a server recorder (orca.NewServerMetricsRecorder,
+// served with orca.CallMetricsServerOption) that it keeps up to date with
+// its RPCs per second and its utilisation, the mean RPCs in flight over
+// its capacity, and a per-RPC named metric (rif). The ORCA policies weigh
+// those reports: above, the third server reports four times the
+// utilisation for the same work and gets a quarter of each other's share
+// once lbkit_wrr_orca's blackout has passed (TestORCA: 18% of all RPCs,
+// the first 0.3 s at equal shares included).
 //
 // The part to copy into a client is dial: lbpolicy.Register once, then a
 // service config naming the policy (with healthCheckConfig for health, and

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 )
@@ -34,6 +35,7 @@ type options struct {
 	key         string // metadata key the demo sets per call, if the config names one
 	delays      []time.Duration
 	weights     []int
+	capacities  []int // per server, for ORCA reports; nil: none report
 	rpcs        int
 	concurrency int
 	stop        int // index of the server to stop gracefully, or -1
@@ -67,6 +69,7 @@ func parseFlags(args []string) (*options, error) {
 	config := fs.String("config", "", `the policy's JSON config; default {} or, for the hash policies, {"key": "x-user"} ({"key": "x-client-ip"} for lbkit_ip_hash)`)
 	delays := fs.String("delays", "2ms,2ms,40ms", "one server per comma-separated delay")
 	weights := fs.String("weights", "", "comma-separated endpoint weights, one per server (lbkit_wrr)")
+	capacities := fs.String("capacities", "", "comma-separated capacities in RPCs in flight, one per server: each reports ORCA load, utilisation = mean RPCs in flight / capacity (lbkit_wrr_orca, lbkit_least_conn_orca)")
 	rpcs := fs.Int("rpcs", 600, "RPCs to send")
 	concurrency := fs.Int("concurrency", 8, "concurrent callers")
 	stop := fs.Int("stop", -1, "stop this server (0-based) a third of the way through, as a deploy does: NOT_SERVING, then GracefulStop")
@@ -126,6 +129,18 @@ func parseFlags(args []string) (*options, error) {
 			return nil, fmt.Errorf("-weights: %d weights for %d servers", len(o.weights), len(o.delays))
 		}
 	}
+	if *capacities != "" {
+		for _, s := range strings.Split(*capacities, ",") {
+			c, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || c < 1 {
+				return nil, fmt.Errorf("-capacities: %q is not a capacity of 1 or more", s)
+			}
+			o.capacities = append(o.capacities, c)
+		}
+		if len(o.capacities) != len(o.delays) {
+			return nil, fmt.Errorf("-capacities: %d capacities for %d servers", len(o.capacities), len(o.delays))
+		}
+	}
 	switch {
 	case o.rpcs < 1 || o.rpcs > 1_000_000:
 		return nil, fmt.Errorf("-rpcs %d: want 1 to 1000000", o.rpcs)
@@ -153,15 +168,44 @@ type server struct {
 	health *health.Server
 	served atomic.Int64
 	done   chan struct{}
+
+	// With ORCA reports (capacity > 0).
+	inFlight atomic.Int64  // RPCs being served
+	busy     atomic.Int64  // nanoseconds spent serving, summed over RPCs
+	report   chan struct{} // closed to stop the reporter
 }
 
-func startServer(name string, delay time.Duration) (*server, error) {
+// reportEvery is how often a server brings its ORCA recorder up to date.
+const reportEvery = 100 * time.Millisecond
+
+func startServer(name string, delay time.Duration, capacity int) (*server, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &server{name: name, addr: lis.Addr().String(), grpc: grpc.NewServer(), health: health.NewServer(), done: make(chan struct{})}
+	var opts []grpc.ServerOption
+	var rec orca.ServerMetricsRecorder
+	if capacity > 0 {
+		// The backend side of ORCA: a server-wide recorder whose metrics
+		// go in every RPC's trailer.
+		rec = orca.NewServerMetricsRecorder()
+		opts = append(opts, orca.CallMetricsServerOption(rec))
+	}
+	s := &server{name: name, addr: lis.Addr().String(), grpc: grpc.NewServer(opts...), health: health.NewServer(),
+		done: make(chan struct{}), report: make(chan struct{})}
 	echo.Register(s.grpc, func(ctx context.Context, _ string) (string, error) {
+		start := time.Now()
+		n := s.inFlight.Add(1)
+		defer func() {
+			s.inFlight.Add(-1)
+			s.busy.Add(int64(time.Since(start)))
+		}()
+		// The per-RPC side: the orca interceptor sends a trailer only for
+		// an RPC whose handler asked for its recorder. The server-wide
+		// metrics go with this one.
+		if r := orca.CallMetricsRecorderFromContext(ctx); r != nil {
+			r.SetNamedMetric("rif", float64(n))
+		}
 		s.served.Add(1)
 		select {
 		case <-time.After(delay):
@@ -170,6 +214,9 @@ func startServer(name string, delay time.Duration) (*server, error) {
 			return "", ctx.Err()
 		}
 	})
+	if rec != nil {
+		go s.reportLoad(rec, capacity)
+	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	go func() {
@@ -179,9 +226,41 @@ func startServer(name string, delay time.Duration) (*server, error) {
 	return s, nil
 }
 
+// reportLoad keeps rec up to date until the server stops: the RPCs per
+// second and the utilisation, the mean number of RPCs in flight (busy
+// time over elapsed time, by Little's law) over capacity, each smoothed
+// over about a second.
+func (s *server) reportLoad(rec orca.ServerMetricsRecorder, capacity int) {
+	t := time.NewTicker(reportEvery)
+	defer t.Stop()
+	var qps, util float64
+	lastServed, lastBusy := s.served.Load(), s.busy.Load()
+	for {
+		select {
+		case <-s.report:
+			return
+		case <-t.C:
+		}
+		served, busy := s.served.Load(), s.busy.Load()
+		rate := float64(served-lastServed) / reportEvery.Seconds()
+		inFlight := float64(busy-lastBusy) / float64(reportEvery)
+		lastServed, lastBusy = served, busy
+		const keep = 0.7 // of the previous value, every tick: about a second's memory
+		qps = keep*qps + (1-keep)*rate
+		util = keep*util + (1-keep)*inFlight/float64(capacity)
+		rec.SetQPS(qps)
+		rec.SetApplicationUtilization(util)
+	}
+}
+
 func (s *server) stop() {
 	s.grpc.Stop()
 	<-s.done
+	select {
+	case <-s.report:
+	default:
+		close(s.report)
+	}
 }
 
 // drain stops s the way a server should stop on purpose: its health
@@ -235,7 +314,11 @@ func run(o *options, out io.Writer) error {
 	}()
 	eps := make([]resolver.Endpoint, len(o.delays))
 	for i, d := range o.delays {
-		s, err := startServer(fmt.Sprintf("s%d", i), d)
+		capacity := 0
+		if o.capacities != nil {
+			capacity = o.capacities[i]
+		}
+		s, err := startServer(fmt.Sprintf("s%d", i), d, capacity)
 		if err != nil {
 			return err
 		}

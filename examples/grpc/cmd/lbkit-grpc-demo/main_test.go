@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -23,6 +24,9 @@ func TestParseFlags(t *testing.T) {
 		{"-delays 1ms,-1ms", `-delays: "-1ms"`},
 		{"-weights 1,2", `-weights: 2 weights for 3 servers`},
 		{"-weights 1,0,1", `-weights: "0" is not a weight`},
+		{"-policy lbkit_wrr_orca -capacities 4,4,1", ""},
+		{"-capacities 4,1", `-capacities: 2 capacities for 3 servers`},
+		{"-capacities 4,0,1", `-capacities: "0" is not a capacity`},
 		{"-rpcs 0", `-rpcs 0`},
 		{"-concurrency 0", `-concurrency 0`},
 		{"-stop 3", `-stop 3: want a server from 0 to 2`},
@@ -81,4 +85,28 @@ func TestKill(t *testing.T) {
 	if !strings.Contains(out.String(), ", 0 failed") {
 		assert.Contains(t, out.String(), "had begun their reply when it died")
 	}
+}
+
+// TestORCA runs the demo's servers reporting ORCA load through grpc-go's
+// server recorder, with capacities 4, 4 and 1 for the same work: the
+// third reports four times the utilisation for the RPCs it holds, and
+// lbkit_wrr_orca, once its blackout has passed, sends it a quarter of
+// what each other gets (A58's weight, qps / utilisation, is capacity /
+// latency here).
+func TestORCA(t *testing.T) {
+	o, err := parseFlags(strings.Fields(`-rpcs 4000 -concurrency 8 -policy lbkit_wrr_orca -capacities 4,4,1 -delays 2ms,2ms,2ms` +
+		` -config {"blackoutPeriod":"0.3s","weightUpdatePeriod":"0.1s"}`))
+	require.NoError(t, err)
+	var out strings.Builder
+	require.NoError(t, run(o, &out))
+	t.Log(out.String())
+	assert.Contains(t, out.String(), ", 0 failed")
+	var shares [3]float64
+	for i := range shares {
+		_, after, ok := strings.Cut(out.String(), fmt.Sprintf("s%d  delay 2ms    share", i))
+		require.True(t, ok, out.String())
+		_, err := fmt.Sscanf(after, "%f%%", &shares[i])
+		require.NoError(t, err)
+	}
+	assert.Less(t, shares[2], shares[0]/2, "the third server, reporting 4x the utilisation, gets less")
 }
