@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	v3orcapb "github.com/cncf/xds/go/xds/data/orca/v3"
 	lbk "github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/consistent"
 	"github.com/lbkit/lbkit/iphash"
 	"github.com/lbkit/lbkit/leastconn"
 	"github.com/lbkit/lbkit/rr"
+	"github.com/lbkit/lbkit/wrr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/balancer"
@@ -279,14 +281,31 @@ func TestPickAllocs(t *testing.T) {
 		{"leastconn, feedback", LeastConn, `{}`, leastconn.New(), info, 0},
 		{"ring with key", RingHash, `{"key": "x-user", "boundedLoad": 1.25}`, nil,
 			balancer.PickInfo{Ctx: metadata.AppendToOutgoingContext(context.Background(), "x-user", "alice")}, 1},
+		{"wrr_orca, report in Done", ReportedWRR, `{}`, nil, info, 0},
+		{"least_conn_orca, report in Done", LeastConnORCA, `{}`, leastconn.New(leastconn.WithReports()), info, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			lb := tt.lb
-			if lb == nil {
+			done := done
+			switch {
+			case tt.policy == ReportedWRR:
+				// Started, so that the first report starts no lazy weight
+				// loop, whose goroutine would count.
+				w := wrr.NewReported()
+				require.NoError(t, w.Start(context.Background()))
+				t.Cleanup(func() { _ = w.Close() })
+				lb = w
+			case lb == nil:
 				r, err := newRing(&Config{BoundedLoad: 1.25})
 				require.NoError(t, err)
 				lb = r
+			}
+			if tt.policy == ReportedWRR || tt.policy == LeastConnORCA {
+				// A report as gRPC parses it from the trailer, with named
+				// metrics, so that loadOf's Named is counted too.
+				done.ServerLoad = &v3orcapb.OrcaLoadReport{ApplicationUtilization: 0.5, RpsFractional: 100,
+					NamedMetrics: map[string]float64{"rif": 2}}
 			}
 			p := testPicker(t, tt.policy, tt.cfg, lb, &childPicker{}, &childPicker{}, &childPicker{})
 			allocs := testing.AllocsPerRun(1000, func() {
