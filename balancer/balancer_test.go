@@ -342,3 +342,39 @@ func TestRegistrySparesBusy(t *testing.T) {
 func TestExamplePickerConforms(t *testing.T) {
 	balancertest.Run(t, func() balancer.Balancer { return &leastLoaded{} })
 }
+
+// metricsMap is a report's named metrics, for TestLoad.
+type metricsMap map[string]float64
+
+func (m metricsMap) Metric(name string) (float64, bool) {
+	v, ok := m[name]
+	return v, ok
+}
+
+func TestLoad(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		l        balancer.Load
+		reported bool
+		util     float64
+	}{
+		{"zero", balancer.Load{}, false, 0},
+		{"cpu", balancer.Load{CPU: 0.5}, true, 0.5},
+		{"application wins", balancer.Load{CPU: 0.5, Application: 0.25}, true, 0.25},
+		{"rate only", balancer.Load{RPS: 3}, true, 0},
+		{"in flight only", balancer.Load{InFlight: 1}, true, 0},
+		{"latency only", balancer.Load{Latency: 1}, true, 0},
+		{"named only", balancer.Load{Named: metricsMap{}}, true, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.reported, tt.l.Reported())
+			assert.Equal(t, tt.util, tt.l.Utilization())
+		})
+	}
+	v, ok := balancer.Load{}.Metric("q")
+	assert.False(t, ok)
+	assert.Zero(t, v)
+	v, ok = balancer.Load{Named: metricsMap{"q": 4}}.Metric("q")
+	assert.True(t, ok)
+	assert.Equal(t, 4.0, v)
+}

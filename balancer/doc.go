@@ -53,6 +53,21 @@
 // github.com/lbkit/lbkit/health to keep dead and failing backends out of
 // its set.
 //
+// # Load reports
+//
+// A backend may say how loaded it is: an ORCA load report (gRFC A51; the
+// endpoint-load-metrics header Envoy reads) with each answer. The caller
+// passes it to Done in Result.Load, a [Load] of fixed fields (CPU,
+// Memory, Application utilisation, RPS, EPS, and the InFlight and Latency
+// a probing picker asks for), so that Done stays a copy and no
+// allocation; named metrics sit behind Load.Named, valid during that Done
+// only, for the pickers that ask for one by name. The zero Load is no
+// report. lbhttp's Transport and the gRPC policy in examples/grpc fill it
+// in; pickers that do not weigh reports ignore it. Pickers that do: wrr's
+// Reported (weights from reports, gRFC A58) and leastconn's WithReports
+// (two choices on reported utilisation); lrt/prequal takes its answers
+// from probes rather than from Results.
+//
 // # Backends
 //
 // A [Backend] is one upstream with a stable, unique ID and, optionally, a
@@ -155,7 +170,8 @@
 //
 // Pick returns [ErrNoBackend] itself when the set is empty. Update errors
 // wrap [ErrNilBackend], [ErrEmptyID], [ErrDuplicateID] or [ErrBadWeight];
-// pickers that parse keys wrap [ErrBadKey]. Test with errors.Is. Error
+// pickers that parse keys wrap [ErrBadKey]; parsers of load reports wrap
+// [ErrBadLoad]. Test with errors.Is. Error
 // strings start with the package that made them. No picker returns
 // [ErrAbandoned]: callers pass it to Done.
 //

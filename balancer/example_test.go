@@ -107,3 +107,20 @@ func ExampleCanonicalAddrs() {
 	// balancer: duplicate backend ID: "127.0.0.1:80" at position 0 and "127.0.0.1:080" at position 1 are both 127.0.0.1:80
 	// true
 }
+
+// A Load is what a backend said of itself with its answer. Utilization is
+// the figure gRFC A58 weighs by: the application's own when it sent one,
+// the CPU's otherwise.
+func ExampleLoad() {
+	for _, l := range []balancer.Load{
+		{},
+		{CPU: 0.7, RPS: 120},
+		{CPU: 0.7, Application: 0.4, RPS: 120},
+	} {
+		fmt.Println(l.Reported(), l.Utilization())
+	}
+	// Output:
+	// false 0
+	// true 0.7
+	// true 0.4
+}
