@@ -1,11 +1,13 @@
 package lbhttp
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -341,6 +343,14 @@ func (w *reportWriter) Flush() {
 		w.WriteHeader(http.StatusOK)
 	}
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection over, for handlers that assert
+// http.Hijacker rather than use http.ResponseController (WebSocket
+// libraries do); it fails, as the underlying writer would, where hijacking
+// is not supported (HTTP/2). A hijacked response carries no report.
+func (w *reportWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer

@@ -289,3 +289,42 @@ func TestTransportLoadAllocs(t *testing.T) {
 	do := cannedRequest(t)
 	assert.Equal(t, 1.0, testing.AllocsPerRun(200, do))
 }
+
+// A handler that asserts http.Hijacker gets the connection through the
+// Reporter, and the request leaves the in-flight count when it returns.
+func TestReporterHijack(t *testing.T) {
+	rep, err := lbhttp.NewReporter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			t.Error("not a Hijacker")
+			return
+		}
+		conn, buf, err := hj.Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+		_ = buf.Flush()
+	}), lbhttp.ReporterConfig{})
+	require.NoError(t, err)
+	srv := httptest.NewServer(rep)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, "hi", string(body))
+	assert.Empty(t, resp.Header.Values(lbhttp.LoadHeader), "a hijacked response carries no report")
+	assert.Eventually(t, func() bool { return rep.Load().InFlight == 0 }, 5*time.Second, time.Millisecond)
+
+	// Where hijacking is not supported, the error says so.
+	rec := httptest.NewRecorder()
+	rep2, err := lbhttp.NewReporter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _, err := w.(http.Hijacker).Hijack()
+		assert.Error(t, err)
+	}), lbhttp.ReporterConfig{})
+	require.NoError(t, err)
+	rep2.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+}
