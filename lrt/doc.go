@@ -3,7 +3,9 @@
 // shown lately and the requests already waiting on it. Use it when backends
 // differ in speed (different hardware, a noisy neighbour, a replica in
 // another zone) and you care about latency, not only balance. When backends
-// are alike, leastconn does as well for less.
+// are alike, leastconn does as well for less. When backends can answer
+// probes (lbhttp's Reporter), package lrt/prequal asks them instead of
+// learning from this proxy's requests alone.
 //
 //	p := lrt.New()
 //	if err := p.Update(balancer.Endpoints("10.0.0.1:8080", "10.0.0.2:8080")); err != nil { ... }
