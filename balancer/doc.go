@@ -57,6 +57,14 @@
 // weight pairs. Its methods are safe on a nil *Endpoint, which has the empty
 // ID: passed to Done it is an unknown backend, and Update refuses it.
 //
+// A backend may also say where it runs ([Locator]): its zone and the
+// priority of its tier, a [Locality]; Endpoint.At sets one. Package
+// locality routes by it (the caller's zone first, then the next tier);
+// every other picker ignores it, but Update validates it as it validates
+// weights. A picker that wants the unhealthy backends too, with their
+// health, implements [HealthUpdater], and package health then hands it the
+// whole set.
+//
 // # Contracts
 //
 // A [Picker] has one method, Pick([Request]) (Backend, error). It never
@@ -74,9 +82,10 @@
 //
 // An [Updater] replaces the set. Every lbkit Update first takes the mutex
 // that serialises Updates (held by writers only, never by Pick), then
-// validates the set with [NewSet], which reads each backend's ID and weight
-// exactly once and refuses nil backends, empty or duplicate IDs and weights
-// outside [1, MaxWeight]; on error the previous set stays. So calls to
+// validates the set with [NewSet], which reads each backend's ID, weight
+// and locality exactly once and refuses nil backends, empty or duplicate
+// IDs, weights outside [1, MaxWeight] and priorities outside
+// [0, MaxPriority]; on error the previous set stays. So calls to
 // Update are serialised, validation included, and a weight that changes
 // after validation cannot reach a schedule or table. On success Update
 // publishes an immutable snapshot built from the [Set] through an atomic
@@ -108,7 +117,8 @@
 // # Errors
 //
 // Pick returns [ErrNoBackend] itself when the set is empty. Update errors
-// wrap [ErrNilBackend], [ErrEmptyID], [ErrDuplicateID] or [ErrBadWeight];
+// wrap [ErrNilBackend], [ErrEmptyID], [ErrDuplicateID], [ErrBadWeight] or
+// [ErrBadLocality];
 // pickers that parse keys wrap [ErrBadKey]. Test with errors.Is. Error
 // strings start with the package that made them. No picker returns
 // [ErrAbandoned]: callers pass it to Done.
