@@ -100,6 +100,7 @@ type Balancer struct {
 var (
 	_ balancer.Balancer = (*Balancer)(nil)
 	_ balancer.Feedback = (*Balancer)(nil)
+	_ balancer.Admin    = (*Balancer)(nil)
 	_ io.Closer         = (*Balancer)(nil)
 )
 
@@ -330,27 +331,20 @@ func (b *Balancer) Close() error {
 // nothing. It returns an error wrapping ErrUnknownBackend for an ID not in
 // the set, and one wrapping errors.ErrUnsupported if the inner picker has
 // no Drain, Maintenance and Enable.
-func (b *Balancer) Drain(id string) error { return b.admin("drain", id, admin.Drain) }
+func (b *Balancer) Drain(id string) error { return b.admin("drain", id, balancer.Admin.Drain) }
 
 // Maintenance passes Maintenance on to the inner picker, as Drain does.
 func (b *Balancer) Maintenance(id string) error {
-	return b.admin("maintenance", id, admin.Maintenance)
+	return b.admin("maintenance", id, balancer.Admin.Maintenance)
 }
 
 // Enable passes Enable on to the inner picker, as Drain does.
-func (b *Balancer) Enable(id string) error { return b.admin("enable", id, admin.Enable) }
-
-// admin is what health.Balancer offers an operator.
-type admin interface {
-	Drain(id string) error
-	Maintenance(id string) error
-	Enable(id string) error
-}
+func (b *Balancer) Enable(id string) error { return b.admin("enable", id, balancer.Admin.Enable) }
 
 // admin calls do on the inner picker for id if id is in the subset. It
 // holds mu, so that the subset cannot change under it.
-func (b *Balancer) admin(what, id string, do func(admin, string) error) error {
-	a, ok := b.inner.(admin)
+func (b *Balancer) admin(what, id string, do func(balancer.Admin, string) error) error {
+	a, ok := b.inner.(balancer.Admin)
 	if !ok {
 		return fmt.Errorf("subset: %s: the inner %T has no admin methods: %w", what, b.inner, errors.ErrUnsupported)
 	}
