@@ -435,3 +435,25 @@ func TestAdminReachesPickers(t *testing.T) {
 	assert.NoError(t, plain.Start(t.Context()))
 	assert.NoError(t, plain.Close())
 }
+
+// With a seeded Rand and seeded pickers inside, driven from one goroutine,
+// two Balancers pick the same sequence: what the simulator relies on.
+func TestDeterministic(t *testing.T) {
+	set := concat(tier("a", 0, 4), tier("b", 0, 4), tier("c", 0, 4), tier("a", 1, 4))
+	up := healthOf(set, ids(set[:3])...)
+	run := func() []string {
+		l := newLC(t, locality.Config{Zone: "a", MinSize: 1, Rand: seeded(42)})
+		require.NoError(t, l.UpdateHealth(set, up))
+		var seq []string
+		for i := range 500 {
+			b, err := l.Pick(balancer.Request{Attempt: i % 3})
+			require.NoError(t, err)
+			seq = append(seq, b.ID())
+			if i%2 == 0 {
+				l.Done(b, balancer.Result{Latency: 1e6})
+			}
+		}
+		return seq
+	}
+	assert.Equal(t, run(), run())
+}
