@@ -126,6 +126,26 @@
 // by level and zone, and an Update of each picker whose backends changed,
 // only: a health flip updates one zone's picker.
 //
+// Measured on the shared 2-core machine (load average 6 to 8), median
+// of three runs of go test -run '^$' -bench 'Pick/./././mode=serial|UpdateHealth'
+// -benchtime 300ms -count 3 ./locality/, Pick+Done in ns: bare is the
+// algorithm alone; flat the Balancer over backends without locality (one
+// picker); zoned the harness's backends spread over three zones, the
+// caller's taking everything; spill with half of the local zone
+// unhealthy, a third of its traffic going to the others. No run
+// allocated.
+//
+//	             n=64                        n=1024
+//	algo         bare  flat  zoned  spill    bare  flat  zoned  spill
+//	rr              8    22     23     33      14    21     34     28
+//	leastconn      32    64     97    135      65    58    163    115
+//
+// The draw (a key's hash or a random number, two mixes) and Done's map
+// read by ID make most of the difference with several zones; leastconn's
+// figures spread by a third from run to run here. UpdateHealth of 1024
+// backends in three zones and two levels, one backend's health flipping:
+// 0.38 ms and 195 allocations (BenchmarkUpdateHealth).
+//
 // # Concurrency
 //
 // Pick and Done are safe for concurrent use with each other and with the
