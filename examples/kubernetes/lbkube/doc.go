@@ -69,7 +69,8 @@
 // becomes its balancer.Locality zone. When every ready endpoint carries
 // topology hints (hints.forZones, set by topology-aware routing), the
 // hints are used instead, all or not at all as kube-proxy does: the
-// endpoint's own zone if its hints name it, else its first hint. The
+// endpoint's own zone if its hints name it, else its first hint
+// (hints.forNodes are not used). The
 // locality decorator then routes by them; with hints, the controller has
 // already matched each zone's endpoints to its share of capacity.
 //

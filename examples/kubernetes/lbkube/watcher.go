@@ -54,8 +54,9 @@ type Config struct {
 	// again. Default 0: no resync; every change the watch delivers is
 	// applied as it comes.
 	Resync time.Duration
-	// OnSync, if set, is called after every sync, on the Watcher's own
-	// goroutine, with no lock held. It must not call Close.
+	// OnSync, if set, is called after every sync, with no lock held: the
+	// first from Start, the others from the Watcher's goroutine, one at a
+	// time. It must not call Close.
 	OnSync func(Sync)
 }
 
