@@ -231,7 +231,8 @@ func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]in
 			c.g.handed = c.before
 		}
 	}
-	live := make(map[*group]bool)
+	live := make(map[*group]bool)    // groups whose picker has backends now
+	present := make(map[*group]bool) // groups of the set, with backends or not
 	s := &snapshot{byID: make(map[string]*group, set.Len()+len(b.retired))}
 	for id, g := range b.retired {
 		s.byID[id] = g
@@ -247,6 +248,7 @@ func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]in
 				undo()
 				return err
 			}
+			present[g] = true
 			for _, i := range z.all {
 				s.byID[set.IDs[i]] = g
 			}
@@ -317,7 +319,7 @@ func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]in
 			g.handed = nil
 		}
 	}
-	b.trimGroups(live)
+	b.trimGroups(present)
 	return errors.Join(errs...)
 }
 
@@ -325,12 +327,18 @@ func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]in
 // zone that empties and fills again finds its picker's state.
 const maxIdle = 64
 
-// trimGroups drops idle pickers beyond maxIdle, in key order. b.mu must be
-// held.
-func (b *Balancer) trimGroups(live map[*group]bool) {
+// trimGroups drops idle pickers beyond maxIdle, in key order: those of no
+// zone of the set, without backends, and not needed by a removed backend's
+// late Done (those are bounded by the retired record, max(n, 64)). b.mu
+// must be held.
+func (b *Balancer) trimGroups(present map[*group]bool) {
+	needed := make(map[*group]bool)
+	for _, g := range b.retired {
+		needed[g] = true
+	}
 	var idle []*group
 	for _, g := range b.groups {
-		if !live[g] && len(g.handed) == 0 {
+		if !present[g] && !needed[g] && len(g.handed) == 0 {
 			idle = append(idle, g)
 		}
 	}
@@ -340,14 +348,7 @@ func (b *Balancer) trimGroups(live map[*group]bool) {
 	slices.SortFunc(idle, func(x, y *group) int {
 		return cmp.Or(cmp.Compare(x.key.priority, y.key.priority), cmp.Compare(x.key.zone, y.key.zone))
 	})
-	needed := make(map[*group]bool)
-	for _, g := range b.retired {
-		needed[g] = true
-	}
 	for _, g := range idle[maxIdle:] {
-		if needed[g] {
-			continue // a late Done may still need it
-		}
 		delete(b.groups, g.key)
 		if c, ok := g.child.(io.Closer); ok {
 			_ = c.Close()

@@ -457,3 +457,26 @@ func TestDeterministic(t *testing.T) {
 	}
 	assert.Equal(t, run(), run())
 }
+
+// Zones come and go by the hundred (a typo in a zone label, say): idle
+// pickers are dropped beyond a bound, never those a late Done still needs
+// or those of a zone of the set whose backends are all unhealthy.
+func TestIdlePickersBounded(t *testing.T) {
+	made := 0
+	l, err := locality.New(func() balancer.Balancer { made++; return leastconn.New() }, locality.Config{})
+	require.NoError(t, err)
+	keep := tier("kept", 0, 2)
+	for i := range 200 {
+		set := concat(keep, tier(fmt.Sprintf("z%d", i), 0, 1))
+		require.NoError(t, l.UpdateHealth(set, healthOf(set, keep[0].ID(), keep[1].ID())))
+	}
+	b, err := l.Pick(balancer.Request{})
+	require.NoError(t, err)
+	require.NoError(t, l.Update(keep))
+	l.Done(b, balancer.Result{}) // reaches the retired zone's picker, without a panic
+	assert.Equal(t, 201, made, "one picker per zone seen")
+	assert.LessOrEqual(t, locality.Pickers(l), 1+64+64, "the kept zone, the 64 a late Done may need, 64 idle")
+	got, err := l.Pick(balancer.Request{})
+	require.NoError(t, err)
+	assert.Contains(t, ids(keep), got.ID())
+}
