@@ -57,14 +57,6 @@
 // weight pairs. Its methods are safe on a nil *Endpoint, which has the empty
 // ID: passed to Done it is an unknown backend, and Update refuses it.
 //
-// A backend may also say where it runs ([Locator]): its zone and the
-// priority of its tier, a [Locality]; Endpoint.At sets one. Package
-// locality routes by it (the caller's zone first, then the next tier);
-// every other picker ignores it, but Update validates it as it validates
-// weights. A picker that wants the unhealthy backends too, with their
-// health, implements [HealthUpdater], and package health then hands it the
-// whole set.
-//
 // # Contracts
 //
 // A [Picker] has one method, Pick([Request]) (Backend, error). It never
@@ -114,11 +106,23 @@
 // padded in-flight counter that leastconn, lrt and consistent's bounded
 // loads share; it implements Busy.
 //
+// # Locality
+//
+// A backend may also say where it runs ([Locator]): its zone and the
+// priority of its tier, a [Locality]; Endpoint.At sets one. Package
+// locality routes by it (the caller's zone first, then the next tier);
+// every other picker ignores it, but Update validates it as it validates
+// weights: a priority outside [0, MaxPriority] is refused with an error
+// wrapping [ErrBadLocality]. A picker that wants the unhealthy backends
+// too, with their health, implements [HealthUpdater], and package health
+// then hands it the whole set. [Admin] names the methods by which an
+// operator takes a backend out by hand (health's Drain, Maintenance and
+// Enable).
+//
 // # Errors
 //
 // Pick returns [ErrNoBackend] itself when the set is empty. Update errors
-// wrap [ErrNilBackend], [ErrEmptyID], [ErrDuplicateID], [ErrBadWeight] or
-// [ErrBadLocality];
+// wrap [ErrNilBackend], [ErrEmptyID], [ErrDuplicateID] or [ErrBadWeight];
 // pickers that parse keys wrap [ErrBadKey]. Test with errors.Is. Error
 // strings start with the package that made them. No picker returns
 // [ErrAbandoned]: callers pass it to Done.

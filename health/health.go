@@ -75,7 +75,6 @@ type Balancer struct {
 var (
 	_ balancer.Balancer = (*Balancer)(nil)
 	_ balancer.Feedback = (*Balancer)(nil)
-	_ balancer.Admin    = (*Balancer)(nil)
 )
 
 // noDue marks that no timed transition is scheduled.

@@ -13,6 +13,9 @@ import (
 	"github.com/lbkit/lbkit/rr"
 )
 
+// health.Balancer is what balancer.Admin names.
+var _ balancer.Admin = (*health.Balancer)(nil)
+
 // wholeSpy is an inner picker that implements balancer.HealthUpdater and
 // records what health hands it. Update must not be called on it by health.
 type wholeSpy struct {

@@ -12,9 +12,6 @@ var (
 	// ErrConfig reports a Config (or a caller count given to SetCallers)
 	// that is refused; the message names the field and the value at fault.
 	ErrConfig = errors.New("locality: invalid config")
-	// ErrUnknownBackend reports an ID given to Drain, Maintenance or
-	// Enable that is not in the set.
-	ErrUnknownBackend = errors.New("locality: unknown backend")
 )
 
 // Defaults for the zero fields of Config.

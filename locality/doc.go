@@ -42,8 +42,9 @@
 //     without health, call Update (every backend healthy) or UpdateHealth
 //     yourself.
 //   - Make newPicker return a new, empty picker on every call. The
-//     Balancer calls it once per zone and level; Start, Close, Drain,
-//     Maintenance and Enable reach the pickers it made.
+//     Balancer calls it once per zone and level; Start and Close reach
+//     the pickers it made. It has no Unwrap, holding many: health's
+//     Drain, around it, is the one to call.
 //
 // To give each client a subset of a large fleet, put package subset
 // around health: subset ▶ health ▶ locality ▶ one picker per zone.
@@ -149,8 +150,8 @@
 // # Concurrency
 //
 // Pick and Done are safe for concurrent use with each other and with the
-// writers (Update, UpdateHealth, SetCallers, the admin methods, Start,
-// Close), which serialise on a mutex that Pick and Done never take. A
+// writers (Update, UpdateHealth, SetCallers, Start, Close), which
+// serialise on a mutex that Pick and Done never take. A
 // writer updates the pickers that gain backends, then publishes the new
 // routing, then empties the pickers left without any, so that a Pick
 // running meanwhile always finds a picker with backends; a Pick that

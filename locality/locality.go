@@ -24,8 +24,8 @@ import (
 //
 // Pick and Done are safe for concurrent use, take no lock and allocate
 // nothing beyond what the pickers inside do. Update, UpdateHealth,
-// SetCallers, View and the admin methods serialise on a mutex that Pick
-// and Done never take. A Balancer must not be copied.
+// SetCallers, Start and Close serialise on a mutex that Pick and Done
+// never take. A Balancer must not be copied.
 type Balancer struct {
 	// Immutable after New.
 	newPicker func() balancer.Balancer
@@ -53,7 +53,6 @@ type Balancer struct {
 var (
 	_ balancer.Balancer      = (*Balancer)(nil)
 	_ balancer.Feedback      = (*Balancer)(nil)
-	_ balancer.Admin         = (*Balancer)(nil)
 	_ balancer.HealthUpdater = (*Balancer)(nil)
 	_ io.Closer              = (*Balancer)(nil)
 )
@@ -604,6 +603,11 @@ func (b *Balancer) Start(ctx context.Context) error {
 // Close closes every picker inside that is an io.Closer, and returns their
 // errors, joined. The Balancer keeps working, without their background
 // work.
+//
+// A Balancer has no Unwrap: it holds a picker per zone, not one. Put
+// health around it (see the package doc) and call health's Drain,
+// Maintenance and Enable; the pickers inside have no admin methods of
+// their own to reach.
 func (b *Balancer) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -614,35 +618,6 @@ func (b *Balancer) Close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Drain passes Drain on to the picker of the backend's zone, if it has
-// one (a health.Balancer made by newPicker does). With health around the
-// Balancer, as the package doc advises, call health's Drain instead. It
-// returns an error wrapping ErrUnknownBackend for an ID not in the set, and
-// one wrapping errors.ErrUnsupported if the picker has no admin methods.
-func (b *Balancer) Drain(id string) error { return b.admin("drain", id, balancer.Admin.Drain) }
-
-// Maintenance passes Maintenance on, as Drain does.
-func (b *Balancer) Maintenance(id string) error {
-	return b.admin("maintenance", id, balancer.Admin.Maintenance)
-}
-
-// Enable passes Enable on, as Drain does.
-func (b *Balancer) Enable(id string) error { return b.admin("enable", id, balancer.Admin.Enable) }
-
-func (b *Balancer) admin(what, id string, do func(balancer.Admin, string) error) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !slices.Contains(b.set.IDs, id) {
-		return fmt.Errorf("locality: %s: %w %q", what, ErrUnknownBackend, id)
-	}
-	g := b.cur.Load().byID[id]
-	a, ok := g.child.(balancer.Admin)
-	if !ok {
-		return fmt.Errorf("locality: %s: the picker %T has no admin methods: %w", what, g.child, errors.ErrUnsupported)
-	}
-	return do(a, id)
 }
 
 // View returns how the current set is routed: each level's share of this

@@ -397,10 +397,10 @@ func TestEmpty(t *testing.T) {
 	assert.Empty(t, l.View().Levels)
 }
 
-// Start, Close, Drain, Maintenance and Enable reach the pickers inside
+// Start and Close reach every picker inside, those made after Start too
 // (here health decorators, one per zone, which the package doc advises
 // against, since health around the Balancer sees more).
-func TestAdminReachesPickers(t *testing.T) {
+func TestStartCloseReachPickers(t *testing.T) {
 	var made []*health.Balancer
 	l, err := locality.New(func() balancer.Balancer {
 		h, err := health.New(rr.New(), health.Config{})
@@ -412,18 +412,11 @@ func TestAdminReachesPickers(t *testing.T) {
 	set := concat(tier("a", 0, 2), tier("b", 0, 2))
 	require.NoError(t, l.Update(set))
 	require.NoError(t, l.Start(t.Context()))
-
-	require.NoError(t, l.Drain(set[2].ID()))
-	for range 40 {
-		b, err := l.Pick(balancer.Request{})
-		require.NoError(t, err)
-		assert.NotEqual(t, set[2].ID(), b.ID())
-		l.Done(b, balancer.Result{})
+	require.NoError(t, l.Update(concat(set, tier("c", 0, 1))))
+	require.Len(t, made, 3)
+	for _, h := range made {
+		assert.ErrorIs(t, h.Start(t.Context()), health.ErrStarted, "Start reached every picker, the late one too")
 	}
-	require.NoError(t, l.Maintenance(set[2].ID()))
-	require.NoError(t, l.Enable(set[2].ID()))
-	assert.ErrorIs(t, l.Drain("stranger:1"), locality.ErrUnknownBackend)
-
 	require.NoError(t, l.Close())
 	for _, h := range made {
 		assert.ErrorIs(t, h.Start(t.Context()), health.ErrClosed, "Close reached every picker")
@@ -431,7 +424,6 @@ func TestAdminReachesPickers(t *testing.T) {
 
 	plain := newRR(t, locality.Config{})
 	require.NoError(t, plain.Update(set))
-	assert.ErrorIs(t, plain.Drain(set[0].ID()), errors.ErrUnsupported)
 	assert.NoError(t, plain.Start(t.Context()))
 	assert.NoError(t, plain.Close())
 }

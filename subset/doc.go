@@ -31,10 +31,9 @@
 //     probed, and locality inside health if zones matter (see package
 //     locality). The subset ignores zones and weights when it chooses:
 //     pass weights through to a weighted picker inside.
-//   - Call Done once per Pick, as for any picker. Start, Close, Drain,
-//     Maintenance and Enable reach the inner picker; Drain of a backend
-//     outside this client's subset does nothing, since this client sends
-//     it nothing.
+//   - Call Done once per Pick, as for any picker. Start and Close reach
+//     the inner picker; Unwrap returns it, for its admin methods (health's
+//     Drain), which know only the backends of this client's subset.
 //
 // # Modes
 //
@@ -120,8 +119,7 @@
 // Pick and Done are safe for concurrent use with each other and with
 // Update; calls to Update are serialised by a mutex that Pick and Done
 // never take. A Pick that starts after Update returns picks from the new
-// subset. The admin methods take the same mutex, so that the subset does
-// not change under them.
+// subset.
 //
 // # Determinism
 //

@@ -34,7 +34,7 @@ func Example() {
 // Rendezvous hashing needs no numbering: a client that names itself gets
 // the same subset in every process; without a ClientID each process draws
 // its own (gRFC A68's random subsetting). Health goes inside, so that only
-// the subset is probed, and Drain reaches it through the subset.
+// the subset is probed; Unwrap returns it, for its Drain.
 func Example_rendezvous() {
 	h, err := health.New(leastconn.New(), health.Config{})
 	if err != nil {

@@ -23,9 +23,6 @@ var (
 	// ErrConfig reports a Config that New refuses; the message names the
 	// field and the value at fault.
 	ErrConfig = errors.New("subset: invalid config")
-	// ErrUnknownBackend reports an ID given to Drain, Maintenance or
-	// Enable that is not in the set given to Update.
-	ErrUnknownBackend = errors.New("subset: unknown backend")
 )
 
 // DefaultSize is the subset size of the zero Config: gRFC A68's default
@@ -79,8 +76,8 @@ type Config struct {
 // zero value is not ready.
 //
 // Pick and Done take no lock and allocate nothing beyond what the inner
-// picker does. Update, and the admin methods that need the set, serialise
-// on a mutex that Pick and Done never take. A Balancer must not be copied.
+// picker does. Calls to Update serialise on a mutex that Pick and Done
+// never take. A Balancer must not be copied.
 type Balancer struct {
 	// Immutable after New.
 	inner balancer.Balancer
@@ -100,7 +97,6 @@ type Balancer struct {
 var (
 	_ balancer.Balancer = (*Balancer)(nil)
 	_ balancer.Feedback = (*Balancer)(nil)
-	_ balancer.Admin    = (*Balancer)(nil)
 	_ io.Closer         = (*Balancer)(nil)
 )
 
@@ -325,37 +321,8 @@ func (b *Balancer) Close() error {
 	return nil
 }
 
-// Drain passes Drain on to the inner picker (health.Balancer's takes a
-// backend out gently). For a backend of the set that is not in this
-// client's subset it does nothing and returns nil: this client sends it
-// nothing. It returns an error wrapping ErrUnknownBackend for an ID not in
-// the set, and one wrapping errors.ErrUnsupported if the inner picker has
-// no Drain, Maintenance and Enable.
-func (b *Balancer) Drain(id string) error { return b.admin("drain", id, balancer.Admin.Drain) }
-
-// Maintenance passes Maintenance on to the inner picker, as Drain does.
-func (b *Balancer) Maintenance(id string) error {
-	return b.admin("maintenance", id, balancer.Admin.Maintenance)
-}
-
-// Enable passes Enable on to the inner picker, as Drain does.
-func (b *Balancer) Enable(id string) error { return b.admin("enable", id, balancer.Admin.Enable) }
-
-// admin calls do on the inner picker for id if id is in the subset. It
-// holds mu, so that the subset cannot change under it.
-func (b *Balancer) admin(what, id string, do func(balancer.Admin, string) error) error {
-	a, ok := b.inner.(balancer.Admin)
-	if !ok {
-		return fmt.Errorf("subset: %s: the inner %T has no admin methods: %w", what, b.inner, errors.ErrUnsupported)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.cur.Load()
-	if !s.all[id] {
-		return fmt.Errorf("subset: %s: %w %q", what, ErrUnknownBackend, id)
-	}
-	if !slices.Contains(s.members, id) {
-		return nil
-	}
-	return do(a, id)
-}
+// Unwrap returns the picker inside, for its admin methods: health's
+// Drain, Maintenance and Enable are health's to answer (a backend outside
+// this client's subset is one health does not know, and gets nothing from
+// this client anyway). Pick, Done and Update go through the Balancer.
+func (b *Balancer) Unwrap() balancer.Picker { return b.inner }

@@ -312,15 +312,17 @@ func (r *refuser) Update(bs []balancer.Backend) error {
 	return r.Picker.Update(bs)
 }
 
-// Drain, Maintenance and Enable reach health inside for a member; for a
-// backend outside the subset they do nothing.
-func TestAdminReachesInner(t *testing.T) {
+// Start and Close reach health inside; Unwrap returns it, whose Drain
+// takes a member of the subset out and knows no other backend.
+func TestLayersReachInner(t *testing.T) {
 	h, err := health.New(rr.New(), health.Config{})
 	require.NoError(t, err)
 	s, err := subset.New(h, subset.Config{Size: 2, ClientID: "c"})
 	require.NoError(t, err)
 	bs := fleet(5)
 	require.NoError(t, s.Update(bs))
+	require.NoError(t, s.Start(t.Context()))
+	assert.ErrorIs(t, h.Start(t.Context()), health.ErrStarted, "Start reached health")
 	member := s.Subset()[0]
 	var outsider string
 	for _, b := range bs {
@@ -329,28 +331,22 @@ func TestAdminReachesInner(t *testing.T) {
 		}
 	}
 
-	require.NoError(t, s.Drain(member))
+	inner, ok := s.Unwrap().(*health.Balancer)
+	require.True(t, ok)
+	require.NoError(t, inner.Drain(member))
 	assert.Equal(t, health.Draining, state(h, member))
 	for range 20 {
 		got, err := s.Pick(balancer.Request{})
 		require.NoError(t, err)
 		assert.NotEqual(t, member, got.ID())
 	}
-	require.NoError(t, s.Maintenance(member))
-	assert.Equal(t, health.Maintenance, state(h, member))
-	require.NoError(t, s.Enable(member))
-	assert.Equal(t, health.Up, state(h, member))
-
-	assert.NoError(t, s.Drain(outsider), "outside the subset: nothing to do")
-	assert.ErrorIs(t, s.Drain("stranger:1"), subset.ErrUnknownBackend)
-
-	plain, err := subset.New(rr.New(), subset.Config{})
-	require.NoError(t, err)
-	require.NoError(t, plain.Update(bs))
-	assert.ErrorIs(t, plain.Drain(member), errors.ErrUnsupported)
+	assert.ErrorIs(t, inner.Drain(outsider), health.ErrUnknownBackend, "health knows the subset only")
 
 	require.NoError(t, s.Close(), "Close reaches health")
 	assert.ErrorIs(t, h.Start(t.Context()), health.ErrClosed)
+
+	plain, err := subset.New(rr.New(), subset.Config{})
+	require.NoError(t, err)
 	assert.NoError(t, plain.Start(t.Context()))
 	assert.NoError(t, plain.Close())
 }

@@ -26,9 +26,12 @@
 // What the caller must do:
 //
 //   - Give the Watcher the top of the stack as its target (health, or
-//     subset around health): it calls that target's Update, and its Drain
-//     and Enable (balancer.Admin). A target without them gets terminating
-//     endpoints removed at once instead of drained.
+//     subset around health): it calls that target's Update, and the Drain
+//     and Enable (balancer.Admin) of its first layer that has them, found
+//     through the decorators' Unwrap. A Drain that layer refuses for a
+//     backend it does not know (outside this client's subset) is fine:
+//     this client sends it nothing. A target with no such layer gets
+//     terminating endpoints removed at once instead of drained.
 //   - Give the process RBAC to get, list and watch endpointslices
 //     (discovery.k8s.io) in the namespace.
 //   - Name the port (Config.Port) when the Service has more than one.

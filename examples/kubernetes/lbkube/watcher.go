@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/health"
 )
 
 // Errors returned by this package. Test for them with errors.Is.
@@ -106,10 +107,12 @@ type Watcher struct {
 
 // New returns a Watcher that will give target the ready and terminating
 // endpoints of the Service, through client. target is usually a
-// health.Balancer (around a locality.Balancer, to use the zones): if it
-// implements balancer.Admin, a terminating endpoint is drained (its
-// requests in flight finish, no new ones go to it) until it leaves the
-// slices; otherwise it leaves the set at once. New starts nothing.
+// health.Balancer (around a locality.Balancer, to use the zones), or a
+// subset.Balancer around one: if a layer of it implements balancer.Admin
+// (the target itself, or one reached through Unwrap), a terminating
+// endpoint is drained (its requests in flight finish, no new ones go to
+// it) until it leaves the slices; otherwise it leaves the set at once.
+// New starts nothing.
 func New(client kubernetes.Interface, target balancer.Updater, cfg Config) (*Watcher, error) {
 	switch {
 	case client == nil:
@@ -142,7 +145,7 @@ func New(client kubernetes.Interface, target balancer.Updater, cfg Config) (*Wat
 		inSet:   map[string]bool{},
 		drained: map[string]bool{},
 	}
-	w.admin, _ = target.(balancer.Admin)
+	w.admin = adminOf(target)
 	poke := func(any) { w.poke() }
 	if _, err := w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    poke,
@@ -152,6 +155,33 @@ func New(client kubernetes.Interface, target balancer.Updater, cfg Config) (*Wat
 		return nil, fmt.Errorf("lbkube: %w", err)
 	}
 	return w, nil
+}
+
+// adminOf returns the first layer of p that is a balancer.Admin, p itself
+// or one found through the decorators' Unwrap (health inside subset), or
+// nil if none is.
+func adminOf(p any) balancer.Admin {
+	for p != nil {
+		if a, ok := p.(balancer.Admin); ok {
+			return a
+		}
+		u, ok := p.(interface{ Unwrap() balancer.Picker })
+		if !ok {
+			return nil
+		}
+		p = u.Unwrap()
+	}
+	return nil
+}
+
+// known drops the error of a Drain or Enable for a backend the admin
+// layer does not know: one outside this client's subset, to which this
+// client sends nothing.
+func known(err error) error {
+	if errors.Is(err, health.ErrUnknownBackend) {
+		return nil
+	}
+	return err
 }
 
 func (w *Watcher) poke() {
@@ -255,7 +285,7 @@ func (w *Watcher) sync() Sync {
 	var errs []error
 	for _, id := range drain {
 		if !w.drained[id] {
-			errs = append(errs, w.admin.Drain(id))
+			errs = append(errs, known(w.admin.Drain(id)))
 			w.markDrained(id)
 		}
 	}
@@ -268,10 +298,10 @@ func (w *Watcher) sync() Sync {
 		w.inSet[b.ID()] = true
 	}
 	for _, id := range drain {
-		errs = append(errs, w.admin.Drain(id))
+		errs = append(errs, known(w.admin.Drain(id)))
 	}
 	for _, id := range enable {
-		errs = append(errs, w.admin.Enable(id))
+		errs = append(errs, known(w.admin.Enable(id)))
 		delete(w.drained, id)
 	}
 	if err := errors.Join(errs...); err != nil {

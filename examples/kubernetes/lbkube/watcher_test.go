@@ -24,6 +24,7 @@ import (
 	"github.com/lbkit/lbkit/health"
 	"github.com/lbkit/lbkit/leastconn"
 	"github.com/lbkit/lbkit/locality"
+	"github.com/lbkit/lbkit/subset"
 )
 
 func TestNewRefuses(t *testing.T) {
@@ -353,4 +354,39 @@ func TestStartTimesOut(t *testing.T) {
 	assert.Less(t, time.Since(start), waitFor)
 	require.NoError(t, w.Close())
 	assert.ErrorIs(t, w.Start(t.Context()), lbkube.ErrStarted)
+}
+
+// With subset around health, the Watcher finds health's Drain through
+// subset's Unwrap; a terminating endpoint outside this client's subset
+// is no error (health does not know it; this client sends it nothing).
+func TestDrainThroughSubset(t *testing.T) {
+	h, err := health.New(leastconn.New(), health.Config{})
+	require.NoError(t, err)
+	s, err := subset.New(h, subset.Config{Size: 2, ClientID: "c"})
+	require.NoError(t, err)
+	defer s.Close()
+	eps := many(0, 6)
+	sl := slice("cart-1", discoveryv1.AddressTypeIPv4, 80, eps...)
+	r := newRig(t, s, lbkube.Config{}, sl)
+	r.await("with 6 eligible", func(s lbkube.Sync) bool { return len(s.Eligible) == 6 })
+	member := s.Subset()[0]
+	for i, e := range sl.Endpoints {
+		if e.Addresses[0]+":80" != member {
+			sl.Endpoints[i] = terminating(e, true) // every other pod terminates
+		}
+	}
+	r.update(sl)
+	got := r.await("with 5 draining", func(s lbkube.Sync) bool { return len(s.Draining) == 5 })
+	assert.NoError(t, got.Err, "outsiders' Drains are no error")
+	for _, st := range h.View().Backends {
+		if st.ID != member {
+			assert.Equal(t, health.Draining, st.State, "%s, in the subset and terminating, is drained", st.ID)
+		}
+	}
+	for range 20 {
+		b, err := s.Pick(balancer.Request{})
+		require.NoError(t, err)
+		assert.Equal(t, member, b.ID())
+		s.Done(b, balancer.Result{})
+	}
 }
