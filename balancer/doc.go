@@ -99,9 +99,10 @@
 //
 // An [Updater] replaces the set. Every lbkit Update first takes the mutex
 // that serialises Updates (held by writers only, never by Pick), then
-// validates the set with [NewSet], which reads each backend's ID and weight
-// exactly once and refuses nil backends, empty or duplicate IDs and weights
-// outside [1, MaxWeight]; on error the previous set stays. So calls to
+// validates the set with [NewSet], which reads each backend's ID, weight
+// and locality exactly once and refuses nil backends, empty or duplicate
+// IDs, weights outside [1, MaxWeight] and priorities outside
+// [0, MaxPriority]; on error the previous set stays. So calls to
 // Update are serialised, validation included, and a weight that changes
 // after validation cannot reach a schedule or table. On success Update
 // publishes an immutable snapshot built from the [Set] through an atomic
@@ -165,6 +166,19 @@
 // and reports true, which are kept until their last Done. [InFlight] is the
 // padded in-flight counter that leastconn, lrt and consistent's bounded
 // loads share; it implements Busy.
+//
+// # Locality
+//
+// A backend may also say where it runs ([Locator]): its zone and the
+// priority of its tier, a [Locality]; Endpoint.At sets one. Package
+// locality routes by it (the caller's zone first, then the next tier);
+// every other picker ignores it, but Update validates it as it validates
+// weights: a priority outside [0, MaxPriority] is refused with an error
+// wrapping [ErrBadLocality]. A picker that wants the unhealthy backends
+// too, with their health, implements [HealthUpdater], and package health
+// then hands it the whole set. [Admin] names the methods by which an
+// operator takes a backend out by hand (health's Drain, Maintenance and
+// Enable).
 //
 // # Errors
 //

@@ -1,18 +1,21 @@
 package balancer
 
 // Endpoint is a ready-made Backend: a network address, which is also its ID,
-// and a weight. Use it when the address is all a picker needs to carry; wrap
-// your own type (a URL, a connection pool) when it is not.
+// a weight and a locality (zone and priority, for package locality). Use it
+// when the address is all a picker needs to carry; wrap your own type (a
+// URL, a connection pool) when it is not.
 //
 // An Endpoint is immutable and safe for concurrent use.
 type Endpoint struct {
 	addr   string
 	weight int
+	loc    Locality
 }
 
 var (
 	_ Backend  = (*Endpoint)(nil)
 	_ Weighter = (*Endpoint)(nil)
+	_ Locator  = (*Endpoint)(nil)
 )
 
 // NewEndpoint returns an Endpoint for addr with the given weight. The weight
@@ -32,10 +35,12 @@ func Endpoints(addrs ...string) []Backend {
 	return bs
 }
 
-// Weighted is an address and its weight, for WeightedEndpoints.
+// Weighted is an address and its weight, and optionally its locality, for
+// WeightedEndpoints.
 type Weighted struct {
-	Addr   string
-	Weight int
+	Addr     string
+	Weight   int
+	Locality Locality
 }
 
 // WeightedEndpoints returns one Endpoint per address and weight, in order,
@@ -48,9 +53,23 @@ type Weighted struct {
 func WeightedEndpoints(ws ...Weighted) []Backend {
 	bs := make([]Backend, len(ws))
 	for i, w := range ws {
-		bs[i] = &Endpoint{addr: w.Addr, weight: w.Weight}
+		bs[i] = &Endpoint{addr: w.Addr, weight: w.Weight, loc: w.Locality}
 	}
 	return bs
+}
+
+// At returns a copy of e at locality l: the zone it runs in and its
+// priority (see Locality). The priority is checked by Update, as weights
+// are.
+//
+//	b := balancer.NewEndpoint("10.0.0.1:8080", 1).At(balancer.Locality{Zone: "us-east-1a"})
+func (e *Endpoint) At(l Locality) *Endpoint {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	c.loc = l
+	return &c
 }
 
 // The methods below are safe on a nil *Endpoint, which has the empty ID and
@@ -74,6 +93,14 @@ func (e *Endpoint) Weight() int {
 		return 0
 	}
 	return e.weight
+}
+
+// Locality returns the locality given to At, or the zero Locality.
+func (e *Endpoint) Locality() Locality {
+	if e == nil {
+		return Locality{}
+	}
+	return e.loc
 }
 
 // String returns the address.

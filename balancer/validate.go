@@ -6,25 +6,26 @@ import (
 )
 
 // Validate checks a set before it is published: no nil backends (nor nil
-// pointers typed as Backend), no empty or duplicate IDs, and every weight in
-// [1, MaxWeight]. Weight 0 is refused rather than read as "drain": to stop
-// sending to a backend, remove it from the set.
+// pointers typed as Backend), no empty or duplicate IDs, every weight in
+// [1, MaxWeight] and every priority (see Locality) in [0, MaxPriority].
+// Weight 0 is refused rather than read as "drain": to stop sending to a
+// backend, remove it from the set.
 //
-// The error wraps ErrNilBackend, ErrEmptyID, ErrDuplicateID or ErrBadWeight
-// and names the position and ID at fault. Every Update in lbkit validates
+// The error wraps ErrNilBackend, ErrEmptyID, ErrDuplicateID, ErrBadWeight
+// or ErrBadLocality and names the position and ID at fault. Every Update in lbkit validates
 // through NewSet, which checks the same and also returns the IDs and
 // weights it read, under the mutex that serialises its Updates; pickers
 // written outside lbkit should do the same.
 //
 // Cost: that of NewSet, whose copy it drops: O(n), one map of the IDs and
-// three slices of n.
+// four slices of n.
 func Validate(bs []Backend) error {
 	_, err := NewSet(bs)
 	return err
 }
 
-// Set is a validated copy of a set of backends, with each backend's ID and
-// weight read exactly once. Build a picker's snapshot from it, not from the
+// Set is a validated copy of a set of backends, with each backend's ID,
+// weight and locality read exactly once. Build a picker's snapshot from it, not from the
 // caller's slice: the copy is the picker's own (Update must not keep or
 // modify the caller's slice), and a weight read once cannot change between
 // validation and use, so a Backend whose Weight answers differently on each
@@ -37,17 +38,21 @@ type Set struct {
 	IDs []string
 	// Weights[i] is Backends[i]'s weight (see WeightOf), in [1, MaxWeight].
 	Weights []int
+	// Localities[i] is Backends[i]'s locality (see LocalityOf), its
+	// priority in [0, MaxPriority].
+	Localities []Locality
 }
 
 // NewSet validates bs as Validate does and returns the validated copy. On
 // error the Set is empty.
 //
-// Cost: O(n), one map of the IDs and three slices of n.
+// Cost: O(n), one map of the IDs and four slices of n.
 func NewSet(bs []Backend) (Set, error) {
 	s := Set{
-		Backends: make([]Backend, len(bs)),
-		IDs:      make([]string, len(bs)),
-		Weights:  make([]int, len(bs)),
+		Backends:   make([]Backend, len(bs)),
+		IDs:        make([]string, len(bs)),
+		Weights:    make([]int, len(bs)),
+		Localities: make([]Locality, len(bs)),
 	}
 	seen := make(map[string]int, len(bs))
 	for i, b := range bs {
@@ -67,7 +72,12 @@ func NewSet(bs []Backend) (Set, error) {
 			return Set{}, fmt.Errorf("%w: %q at position %d has weight %d, want 1 to %d",
 				ErrBadWeight, id, i, w, MaxWeight)
 		}
-		s.Backends[i], s.IDs[i], s.Weights[i] = b, id, w
+		l := LocalityOf(b)
+		if l.Priority < 0 || l.Priority > MaxPriority {
+			return Set{}, fmt.Errorf("%w: %q at position %d has priority %d, want 0 to %d",
+				ErrBadLocality, id, i, l.Priority, MaxPriority)
+		}
+		s.Backends[i], s.IDs[i], s.Weights[i], s.Localities[i] = b, id, w, l
 	}
 	return s, nil
 }

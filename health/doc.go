@@ -70,6 +70,14 @@
 // every backend not drained or in maintenance, so that traffic keeps
 // flowing to something rather than failing every request. View reports it.
 //
+// An inner picker that implements balancer.HealthUpdater (package
+// locality's Balancer does) gets more than the eligible backends: every
+// backend not drained or in maintenance, through UpdateHealth, each marked
+// eligible or not, whenever that changes. Health then makes no fallback
+// set of its own: the inner picker decides, level by level, when to use
+// unhealthy backends. Drain and Maintenance still take a backend out
+// altogether.
+//
 // A backend's state is kept by ID across Update, and after it leaves the
 // set for as long as it is one of the last max(n, 64) backends removed,
 // for a set of n, so a membership change or a flap does not forget an

@@ -30,7 +30,8 @@ import (
 type Balancer struct {
 	// Immutable after New.
 	inner balancer.Balancer
-	fb    balancer.Feedback // inner's Feedback, or nil
+	fb    balancer.Feedback      // inner's Feedback, or nil
+	hu    balancer.HealthUpdater // inner's HealthUpdater, or nil: it gets the whole set
 	s     settings
 	epoch time.Time     // the Clock's time at New; due is measured from it
 	wake  chan struct{} // capacity 1: a pending change for the applier
@@ -51,6 +52,7 @@ type Balancer struct {
 	known     map[string]*node // by ID: the set's nodes and the removed ones kept
 	removed   []*node          // the removed nodes kept, oldest removal first
 	handed    []*node          // what the inner picker was last given, in set order
+	handedUp  []bool           // with hu: which of handed it was told are eligible
 	handedNew bool             // handed changed since publish last built the ramp set
 	panicking bool             // handed is the fallback set
 	seeded    bool             // a non-empty set was given: later additions ramp up
@@ -208,7 +210,9 @@ func (n *node) getErr(p *error) error {
 }
 
 // New returns a Balancer that hands inner the eligible subset of every set
-// given to Update. inner must be new, with an empty set, and is from then on
+// given to Update (or, if inner is a balancer.HealthUpdater, every backend
+// not drained or in maintenance with its eligibility, through
+// UpdateHealth). inner must be new, with an empty set, and is from then on
 // updated only through the Balancer. New checks cfg and returns an error
 // wrapping ErrConfig if a field is out of range; it starts no goroutine.
 func New(inner balancer.Balancer, cfg Config) (*Balancer, error) {
@@ -221,6 +225,7 @@ func New(inner balancer.Balancer, cfg Config) (*Balancer, error) {
 	}
 	h := &Balancer{inner: inner, s: s, wake: make(chan struct{}, 1)}
 	h.fb, _ = inner.(balancer.Feedback)
+	h.hu, _ = inner.(balancer.HealthUpdater)
 	h.epoch = s.clock.Now()
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.ctx.Done() // make its channel now, not in the applier
@@ -302,8 +307,8 @@ func (h *Balancer) update(bs []balancer.Backend, ids []string) error {
 	// The joining nodes catch up (an ejection that ended while they were
 	// away, a ramp). Ejections waiting for a slot wait for the new cap.
 	h.step(now, nodes, false)
-	tbs, tnodes, panicking := target(bs, nodes)
-	if err := h.inner.Update(tbs); err != nil {
+	tbs, tnodes, up, panicking := h.target(bs, nodes)
+	if err := h.hand(tbs, up); err != nil {
 		// The inner picker keeps its set; give it what the first step
 		// made of the current one, if that changed.
 		h.applyLocked(now)
@@ -328,7 +333,7 @@ func (h *Balancer) update(bs []balancer.Backend, ids []string) error {
 		h.startProber(n)
 	}
 	h.cur.Store(&set{bs: bs, nodes: nodes, byID: byID})
-	h.handed, h.panicking, h.innerErr = tnodes, panicking, nil
+	h.handed, h.handedUp, h.panicking, h.innerErr = tnodes, up, panicking, nil
 	h.handedNew = true
 	h.seeded = h.seeded || len(bs) > 0
 	h.applyLocked(now) // ejections the new cap makes room for; publishes
@@ -402,36 +407,58 @@ func panics(nodes []*node) bool {
 
 // inTarget reports whether the inner picker should have n: if it is
 // eligible, or in panic mode if it is neither drained nor in maintenance.
-func inTarget(n *node, panicking bool) bool {
-	if panicking {
+// An inner HealthUpdater (whole) has every backend neither drained nor in
+// maintenance, and is told which are eligible.
+func inTarget(n *node, panicking, whole bool) bool {
+	if panicking || whole {
 		return n.admin == Up
 	}
 	return n.eligible()
 }
 
-// target returns what the inner picker should have, and whether that is
-// the panic-mode fallback.
-func target(bs []balancer.Backend, nodes []*node) ([]balancer.Backend, []*node, bool) {
-	panicking := panics(nodes)
-	tbs := make([]balancer.Backend, 0, len(nodes))
-	tnodes := make([]*node, 0, len(nodes))
+// target returns what the inner picker should have and whether that is the
+// panic-mode fallback; for an inner HealthUpdater, also which backends are
+// eligible (up), and never the fallback: such a picker decides by its own
+// rule what to do when too few are (package locality panics per level).
+func (h *Balancer) target(bs []balancer.Backend, nodes []*node) (tbs []balancer.Backend, tnodes []*node, up []bool, panicking bool) {
+	whole := h.hu != nil
+	panicking = !whole && panics(nodes)
+	tbs = make([]balancer.Backend, 0, len(nodes))
+	tnodes = make([]*node, 0, len(nodes))
+	if whole {
+		up = make([]bool, 0, len(nodes))
+	}
 	for i, n := range nodes {
-		if inTarget(n, panicking) {
+		if inTarget(n, panicking, whole) {
 			tbs, tnodes = append(tbs, bs[i]), append(tnodes, n)
+			if whole {
+				up = append(up, n.eligible())
+			}
 		}
 	}
-	return tbs, tnodes, panicking
+	return tbs, tnodes, up, panicking
+}
+
+// hand gives the inner picker its set: through UpdateHealth, with up, if
+// it is a HealthUpdater, else through Update.
+func (h *Balancer) hand(tbs []balancer.Backend, up []bool) error {
+	if h.hu != nil {
+		return h.hu.UpdateHealth(tbs, up)
+	}
+	return h.inner.Update(tbs)
 }
 
 // targetChanged reports, without allocating, whether target(nodes) differs
-// from what the inner picker has, and whether it is the panic set. The two
-// can be the same set: all of it.
+// from what the inner picker has (for an inner HealthUpdater, in a
+// backend's eligibility too), and whether it is the panic set. The two can
+// be the same set: all of it.
 func (h *Balancer) targetChanged(nodes []*node) (changed, panicking bool) {
-	panicking = panics(nodes)
+	whole := h.hu != nil
+	panicking = !whole && panics(nodes)
 	j := 0
 	for _, n := range nodes {
-		if inTarget(n, panicking) {
-			if j == len(h.handed) || h.handed[j] != n {
+		if inTarget(n, panicking, whole) {
+			if j == len(h.handed) || h.handed[j] != n || whole && h.handedUp[j] != n.eligible() {
 				return true, panicking
 			}
 			j++
@@ -692,11 +719,11 @@ func (h *Balancer) applyLocked(now time.Time) {
 	if changed, panicking := h.targetChanged(cur.nodes); !changed {
 		h.panicking = panicking
 	} else {
-		tbs, tnodes, panicking := target(cur.bs, cur.nodes)
-		if err := h.inner.Update(tbs); err != nil {
+		tbs, tnodes, up, panicking := h.target(cur.bs, cur.nodes)
+		if err := h.hand(tbs, up); err != nil {
 			h.innerErr = err // keep what the inner picker has; the next change retries
 		} else {
-			h.handed, h.panicking, h.innerErr = tnodes, panicking, nil
+			h.handed, h.handedUp, h.panicking, h.innerErr = tnodes, up, panicking, nil
 			h.handedNew = true
 		}
 	}

@@ -95,7 +95,9 @@ type Status struct {
 	Since  time.Time
 	// InSet reports whether the inner picker has this backend: the
 	// eligible ones, or in panic mode every backend not drained or in
-	// maintenance.
+	// maintenance. An inner balancer.HealthUpdater (package locality) has
+	// every backend not drained or in maintenance, told which are
+	// eligible.
 	InSet bool
 	// ProbeUp is the active checks' verdict (true without probes unless
 	// Config.InitialDown).
@@ -118,7 +120,8 @@ type View struct {
 	// Backends holds every backend of the set, in the order given to Update.
 	Backends []Status
 	// Panic reports that no backend is eligible, so the inner picker has
-	// every backend not drained or in maintenance.
+	// every backend not drained or in maintenance. It is always false
+	// for an inner balancer.HealthUpdater, which panics by its own rule.
 	Panic bool
 	// InnerErr is the error of the last inner Update the Balancer made on
 	// its own (from Apply or the applier), if it failed: the inner picker
