@@ -87,10 +87,13 @@ func Algorithms() []Algorithm {
 // their own load, beside Algorithms' for the selection-cost benchmark:
 // wrr's Reported (weights after gRFC A58 from load reports),
 // leastconn with WithReports (two choices on reported utilisation) and
-// lrt/prequal (probes). They are kept out of Algorithms so that what the
-// simulator and the proxy command run by default is unchanged until they
-// can feed them: the first two need Result.Load in Done, prequal probe
-// answers (through Start's loop, or Step and Observe in virtual time).
+// lrt/prequal (probes). They are kept out of Algorithms, which is what
+// the proxy command offers and lbsim runs by default: the first two need
+// backends that send load reports (Result.Load in Done), prequal backends
+// that answer probes (through Start's loop, or Step and Observe in
+// virtual time). The simulator's backends do both (package bench/sim,
+// "Load reports and probes"); lbsim runs these with its load scenarios,
+// or when named.
 //
 // In the benchmark, every Done carries a report (Load), and prequal's pool
 // is filled with 16 answers that neither age out nor are used up, so that
@@ -103,7 +106,12 @@ func LoadAware() []Algorithm {
 			Name: "wrr-reported",
 			New:  func() balancer.Balancer { return wrr.NewReported() },
 			Sim: func(r func() uint64, now func() time.Time) balancer.Balancer {
-				return wrr.NewReported(wrr.WithRand(r), wrr.WithClock(now))
+				// Closed, so that no loop recomputes the weights on real
+				// time: in virtual time the caller calls Refresh every
+				// weight period, as package bench/sim does.
+				p := wrr.NewReported(wrr.WithRand(r), wrr.WithClock(now))
+				_ = p.Close()
+				return p
 			},
 			Load: report,
 		},

@@ -30,6 +30,8 @@
 // (wrr-reported, leastconn-reports, prequal), run in the same harness
 // beside the others: their Done gets a load report every time, and
 // prequal's pool is kept full, so that each row costs the path it names.
-// They are not in Algorithms, and so not in the simulator's or the proxy
-// command's default runs, until those feed them reports and probes.
+// They are not in Algorithms, and so not in the proxy command's choices
+// or lbsim's default run; the simulator feeds them reports and probes,
+// and lbsim runs them with its load scenarios (-scenarios
+// antagonist,hetero) or when named with -algos.
 package bench

@@ -123,9 +123,10 @@ func Run(ctx context.Context, scenarios []sim.Scenario, algos []bench.Algorithm,
 
 // Check returns the error Run would return for these arguments before it
 // starts anything, or nil: a scale outside (0, MaxScale], a number of
-// proxies below 1, no algorithm or one without a New constructor, a
-// scenario that Validate refuses as given or once scaled, or with more
-// than MaxUsers users. Errors about bad input wrap sim.ErrScenario. A
+// proxies below 1, no algorithm or one without a New constructor, one of
+// bench.LoadAware (the live backends send no load reports and answer no
+// probes), a scenario that Validate refuses as given or once scaled, with
+// more than MaxUsers users, or with a backend's neighbour (Neighbours). Errors about bad input wrap sim.ErrScenario. A
 // program that simulates first (lbsim -live) calls it before, so that
 // bad input is refused at once.
 func Check(scenarios []sim.Scenario, algos []bench.Algorithm, opt Options) error {
@@ -145,8 +146,16 @@ func Check(scenarios []sim.Scenario, algos []bench.Algorithm, opt Options) error
 		if a.New == nil {
 			return fmt.Errorf("live: algorithm %q has no New constructor", a.Name)
 		}
+		if slices.ContainsFunc(bench.LoadAware(), func(l bench.Algorithm) bool { return l.Name == a.Name }) {
+			return fmt.Errorf("%w: live: %s weighs load reports or probes, which the live backends do not send or answer", sim.ErrScenario, a.Name)
+		}
 	}
 	for _, sc := range scenarios {
+		for i, b := range sc.Backends {
+			if len(b.Neighbours) > 0 {
+				return fmt.Errorf("%w: live: %s: backend %d (%s) has a neighbour, which only the simulator plays", sim.ErrScenario, sc.Name, i+1, sc.Label(i))
+			}
+		}
 		if _, err := scaleScenario(sc, f); err != nil {
 			return err
 		}

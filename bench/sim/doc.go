@@ -1,8 +1,9 @@
 // Package sim answers "which algorithm for my backends?" in seconds. It
 // plays load scenarios in virtual time against every configuration of
-// bench.Algorithms — the real pickers, driven through their rand and clock
-// seams, wrapped in the real health package where a scenario compares
-// failure handling — and reports, per algorithm, throughput, latency
+// bench.Algorithms (and of bench.LoadAware, the pickers that weigh the
+// backends' load reports and probes) — the real pickers, driven through
+// their rand and clock seams, wrapped in the real health package where a
+// scenario compares failure handling — and reports, per algorithm, throughput, latency
 // percentiles, how the requests spread over the backends, and errors.
 // Runs are deterministic: one seed, the same bytes.
 //
@@ -16,6 +17,7 @@
 //	go run ./bench/cmd/lbsim -html report.html           # tables, verdicts and charts
 //	go run ./bench/cmd/lbsim -json out.json -csv out.csv # every figure, for other tools
 //	go run ./bench/cmd/lbsim -live -scenarios steady     # the same for real, beside the simulation
+//	go run ./bench/cmd/lbsim -scenarios antagonist,hetero -proxies 1,10  # are load reports worth it?
 //
 // Each table ends with its verdict, and the output with a summary: which
 // algorithm to use for these backends, why, and the runner-up (see "The
@@ -110,10 +112,11 @@
 // "summaries" (each with "proxies", "scenarios", "standings" and the
 // printed "lines"). A scenario has its "name", "proxies", "description",
 // "users", "stages", "length_s", "think_ms", "check_interval_ms",
-// "variants", "backends" (label, id, latency_ms, jitter_ms, sigma,
-// samples, weight, capacity, down), "metrics" (name, label, unit, better,
+// "report_delay_ms", "probe_rtt_ms", "variants", "backends" (label, id,
+// latency_ms, jitter_ms, sigma, samples, weight, capacity, down, and
+// neighbours when it has some), "metrics" (name, label, unit, better,
 // leader), "results" and its "verdict" (variant, leads, trade_off,
-// handling, lines). A result has "variant", "algorithm", "figures" (an
+// handling, versus, lines). A result has "variant", "algorithm", "figures" (an
 // object from metric name to value; null for a value JSON cannot hold),
 // "backends" (sent, share_pct, refused, reset, in_flight_mean,
 // in_flight_peak) and "series" (step_s, users, in_flight, in_flight_peak,
@@ -150,6 +153,28 @@
 //     less than 250 users can. There, sending too much to one backend
 //     (herding) costs queueing time; with unlimited capacity it costs
 //     nothing.
+//
+// LoadScenarios returns four more, which ask whether the backends' own
+// reports of their load, and probes, are worth their cost (see "Load
+// reports and probes" below). lbsim runs them when asked
+// (-scenarios antagonist,hetero; each name stands for both of its
+// shares), and then runs bench.LoadAware's pickers too, with every
+// other; they are not in its default run, which replays the study.
+//
+//   - antagonist-70, antagonist-95: four backends serving in 50 ms (fixed
+//     service times, as in the study), 16 requests at once each; from 1
+//     minute on, a neighbour the proxies cannot see takes 8 of the first
+//     one's slots. 118 and 160 users: 70% and 95% of the 56 slots left
+//     with the neighbour there (95% of all 64 would overload them: 109%).
+//   - hetero-70, hetero-95: four backends serving in 50 ms, 32, 16, 8 and
+//     4 at once; 126 and 171 users, 70% and 95% of the 60 slots.
+//
+// Users think 100 ms and stay 3 minutes; their number is the share of the
+// slots they would keep busy if no request queued, share × slots ×
+// (think + latency) / latency. The tables add probes/req, the probes sent
+// per request answered (ProbesMetric), and the verdict a line that sets
+// the best p99 of wrr-reported, leastconn-reports and prequal against the
+// best of leastconn and lrt (Scenario.Versus).
 //
 // # The model
 //
@@ -207,6 +232,51 @@
 // on it. With one backend dead at a time, a retry that avoids it reaches
 // a live one, so the failure scenarios with retries end with no failed
 // user request for any algorithm (TestFailure).
+//
+// Load reports and probes. Every backend measures itself as lbhttp's
+// Reporter measures a backend, and every answer carries its report
+// (balancer.Result.Load, in Done), for the pickers that weigh reports
+// (wrr's Reported, leastconn's WithReports); probing pickers
+// (lrt/prequal) have their probes answered.
+//
+//   - Utilisation (Load.Application): busy slots over the slots the
+//     backend has, over the window (ReportWindow, 10 s in ten slots: the
+//     nine before the one in progress and that one so far, as the
+//     Reporter keeps it). A backend serving at its capacity reads 1
+//     however long its queue, as a CPU gauge does. With a neighbour, the
+//     slots it has are those the neighbour leaves: its gauge sees that it
+//     is full. (A gauge that missed the neighbour's share, a process's
+//     own CPU time under a CPU antagonist, would read half at most, and
+//     lead the pickers that trust it to send more.) A backend with
+//     unlimited capacity reports no utilisation, as a Reporter without
+//     Capacity, and wrr's Reported weighs it as round robin does.
+//   - Rate (Load.RPS): answers per second over the window, to every
+//     proxy. EPS is zero: simulated backends fail only by dying.
+//   - Requests in flight (Load.InFlight): queued ones included, the
+//     answer's own not.
+//   - Report delay (Scenario.ReportDelay, lbsim -report-delay; zero by
+//     default): an answer carries what the backend would have reported
+//     that long before it left, as of the last 100 ms sample at or before
+//     then: a gauge refreshed now and then, a report sent out of band.
+//     TestMeterMatchesReporter holds an undelayed report to lbhttp's
+//     Reporter's for the same requests at the same times; TestDelayedReport
+//     a delayed one to the undelayed one of back then.
+//   - Probes: every 2 ms (prequal's tick) the simulator turns each probing
+//     picker's probe loop (Step) and sends the probes it asks for, one per
+//     pick by default. A probe reaches its backend half a round trip after
+//     it left (Scenario.ProbeRTT, lbsim -probe-rtt; DefaultProbeRTT, 1 ms)
+//     and is answered with the backend's requests in flight and its
+//     latency estimate then, the median of its last 64 answers' times at
+//     the backend, queue included, as the Reporter answers; the answer
+//     reaches the picker (Observe) the other half later. A dead backend
+//     does not answer. A probe takes no slot: its work is not simulated.
+//     TestProbes checks the timing and the answers.
+//   - wrr's Reported recomputes its weights every second (Refresh, its
+//     default period) in virtual time; no goroutine of its own runs.
+//
+// A neighbour (Backend.Neighbours; -backends nb=TAKES@AT-UNTIL) takes
+// slots of a backend from its arrival to its departure: requests in
+// service finish, new ones queue for the slots left (TestNeighbour).
 //
 // What is not simulated: network time (but for a refusal), connection
 // set-up and pooling, the CPU cost of picking and proxying, timeouts,

@@ -41,13 +41,15 @@ func (e *endpoint) Weight() int { return e.weight }
 type server struct {
 	spec     Backend
 	alive    bool
+	capacity int     // requests served at once now: spec.Capacity less a neighbour's; 0 unlimited
 	busy     int     // requests in service
 	waiting  []int32 // users queued, first come first served, from head
 	head     int
 	inflight int // busy + queued
 	refused  error
 	reset    error
-	lane     int // the queue's lane for its answers when its service time is fixed; −1 otherwise
+	lane     int   // the queue's lane for its answers when its service time is fixed; −1 otherwise
+	meter    meter // what it measures of itself for its reports and probe answers
 
 	// Measured.
 	sent, refusals, resets int64
@@ -61,9 +63,12 @@ type server struct {
 
 // proxy is one picker instance with its failure handling.
 type proxy struct {
-	bal    balancer.Balancer
-	fb     balancer.Feedback // nil when the picker learns nothing
-	health healthWrapper     // nil without health checks
+	bal       balancer.Balancer
+	fb        balancer.Feedback // nil when the picker learns nothing
+	health    healthWrapper     // nil without health checks
+	prober    prober            // nil unless the picker probes
+	send      func(balancer.Backend)
+	refresher refresher // nil unless the picker recomputes weights
 }
 
 // user states.
@@ -103,12 +108,17 @@ type engine struct {
 	proxies                            []proxy
 	users                              []user
 	eps                                []*endpoint
+	delay, rtt                         int64 // the report delay and the probe round trip
+	probeLane, answerLane              int
+	calls                              []probeCall // probes under way, reused through freeCalls
+	freeCalls                          []int32
 
 	// Measured.
 	latency           Histogram       // of successful user requests
 	exact             []time.Duration // every latency too, when not nil: for tests of the histogram
 	ok, errs, retries int64
 	okBefore, okAfter int64
+	probes            int64    // sent
 	window            [2]int64 // the outage compared, [at, until)
 	hasWindow         bool
 	stepErrs          []int32
@@ -166,6 +176,8 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		proxies: make([]proxy, proxies),
 		users:   make([]user, peak),
 		eps:     make([]*endpoint, len(sc.Backends)),
+		delay:   int64(sc.ReportDelay),
+		rtt:     int64(sc.RTT()),
 	}
 	// Most events go to lanes, which keep them in time order as they
 	// come: the sends (the first ones are in time order, and every later
@@ -193,6 +205,8 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		s := &e.servers[i]
 		s.spec = spec
 		s.alive = true
+		s.capacity = spec.Capacity
+		s.meter = newMeter(sc.ReportDelay)
 		id := sc.ID(i)
 		s.refused = fmt.Errorf("sim: dial %s: connect: %w", id, syscall.ECONNREFUSED)
 		s.reset = fmt.Errorf("sim: read %s: %w", id, syscall.ECONNRESET)
@@ -220,6 +234,12 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 				e.q.push(int64(o.Until), evRevive, int32(i), 0)
 			}
 		}
+		for _, n := range spec.Neighbours {
+			e.q.push(int64(n.At), evCapacity, int32(i), uint32(spec.Capacity-n.Takes))
+			if n.Until != 0 && int64(n.Until) < length {
+				e.q.push(int64(n.Until), evCapacity, int32(i), uint32(spec.Capacity))
+			}
+		}
 	}
 
 	// Virtual time zero reads as 2025-01-01 on the pickers' clocks.
@@ -238,6 +258,13 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 			px.bal, px.health = h, h
 		}
 		px.fb, _ = px.bal.(balancer.Feedback)
+		// The picker's background work, driven in virtual time: its
+		// probes, its weights.
+		if pr, ok := inner.(prober); ok {
+			px.prober = pr
+			px.send = func(b balancer.Backend) { e.sendProbe(int32(p), b) }
+		}
+		px.refresher, _ = inner.(refresher)
 		if err := px.bal.Update(bs); err != nil {
 			return nil, fmt.Errorf("sim: %s: update: %w", a.Name, err)
 		}
@@ -249,6 +276,13 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 	}
 	if v.Health() {
 		e.q.push(int64(tickEvery), evTick, 0, 0)
+	}
+	if e.proxies[0].prober != nil {
+		e.probeLane, e.answerLane = e.q.addLane(), e.q.addLane()
+		e.q.push(probeTick, evStep, 0, 0)
+	}
+	if e.proxies[0].refresher != nil {
+		e.q.push(refreshEvery, evRefresh, 0, 0)
 	}
 
 	for u := range e.users {
@@ -322,6 +356,16 @@ func (e *engine) run(stop <-chan struct{}) bool {
 		case evTick:
 			e.apply()
 			e.q.push(e.now+int64(tickEvery), evTick, 0, 0)
+		case evCapacity:
+			e.setCapacity(ev.arg, int(ev.token))
+		case evStep:
+			e.stepProbers()
+		case evProbeArrive:
+			e.probeArrives(ev.arg)
+		case evProbeAnswer:
+			e.probeAnswers(ev.arg)
+		case evRefresh:
+			e.refreshWeights()
 		}
 	}
 	for ; e.closed < len(e.stepUsers); e.closed++ {
@@ -391,7 +435,7 @@ func (e *engine) attempt(u int32, req balancer.Request) {
 	if k := e.now / e.step; k < int64(len(s.stepPeak)) {
 		s.stepPeak[k] = max(s.stepPeak[k], int32(s.inflight))
 	}
-	if s.spec.Capacity == 0 || s.busy < s.spec.Capacity {
+	if s.capacity == 0 || s.busy < s.capacity {
 		s.busy++
 		e.q.pushLane(s.lane, e.now+e.serviceTime(s), evFinish, u, us.token)
 		return
@@ -414,16 +458,14 @@ func (e *engine) finish(u int32, token uint32) {
 	s.account(e.now, e.step)
 	s.inflight--
 	s.busy--
-	if s.head < len(s.waiting) {
-		next := s.waiting[s.head]
-		s.head++
-		if s.head == len(s.waiting) {
-			s.waiting, s.head = s.waiting[:0], 0
-		}
-		s.busy++
-		e.q.pushLane(s.lane, e.now+e.serviceTime(s), evFinish, next, e.users[next].token)
+	if s.head < len(s.waiting) && (s.capacity == 0 || s.busy < s.capacity) {
+		e.startNext(s)
 	}
-	e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt)})
+	// The answer carries the backend's report, and leaves the backend's
+	// figures (its latency estimate, its rate) once it has left.
+	load := s.meter.report(e.now, e.delay, s.inflight)
+	s.meter.answered(e.now - us.sentAt)
+	e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt), Load: load})
 	e.latency.Record(time.Duration(e.now - us.start))
 	if e.exact != nil {
 		e.exact = append(e.exact, time.Duration(e.now-us.start))
@@ -437,6 +479,17 @@ func (e *engine) finish(u int32, token uint32) {
 		}
 	}
 	e.rest(u)
+}
+
+// startNext starts serving the first request queued at s.
+func (e *engine) startNext(s *server) {
+	next := s.waiting[s.head]
+	s.head++
+	if s.head == len(s.waiting) {
+		s.waiting, s.head = s.waiting[:0], 0
+	}
+	s.busy++
+	e.q.pushLane(s.lane, e.now+e.serviceTime(s), evFinish, next, e.users[next].token)
 }
 
 // refused ends user u's attempt on a dead backend, and retries it on
@@ -544,8 +597,9 @@ func (e *engine) apply() {
 }
 
 // account adds the in-flight area since the last change, split over the
-// series steps it spans.
+// series steps it spans, and brings the backend's meter up to now.
 func (s *server) account(now, step int64) {
+	s.meter.advance(now, s.busy, s.capacity, s.inflight)
 	if s.inflight > 0 {
 		n := int64(s.inflight)
 		s.area += n * (now - s.last)
@@ -571,6 +625,7 @@ func (e *engine) result(algo string, proxies int) Result {
 		Requests:  e.ok,
 		Errors:    e.errs,
 		Retries:   e.retries,
+		Probes:    e.probes,
 		RPS:       float64(e.ok) / time.Duration(e.end).Seconds(),
 		Backends:  make([]BackendResult, len(e.servers)),
 	}

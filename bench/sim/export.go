@@ -51,6 +51,8 @@ type (
 		LengthS         float64       `json:"length_s"`
 		ThinkMS         float64       `json:"think_ms"`
 		CheckIntervalMS float64       `json:"check_interval_ms"`
+		ReportDelayMS   float64       `json:"report_delay_ms"`
+		ProbeRTTMS      float64       `json:"probe_rtt_ms"`
 		Variants        []string      `json:"variants"`
 		Backends        []jsonBackend `json:"backends"`
 		Metrics         []jsonMetric  `json:"metrics"`
@@ -71,6 +73,13 @@ type (
 		Weight    int          `json:"weight"`
 		Capacity  int          `json:"capacity"`
 		Down      []jsonOutage `json:"down"`
+		// Neighbours is left out for a backend without one.
+		Neighbours []jsonNeighbour `json:"neighbours,omitempty"`
+	}
+	jsonNeighbour struct {
+		AtS    float64 `json:"at_s"`
+		UntilS float64 `json:"until_s"` // 0: never leaves
+		Takes  int     `json:"takes"`
 	}
 	jsonOutage struct {
 		AtS    float64 `json:"at_s"`
@@ -112,6 +121,7 @@ type (
 		Leads    []jsonLead `json:"leads"`
 		TradeOff string     `json:"trade_off"`
 		Handling string     `json:"handling,omitempty"`
+		Versus   string     `json:"versus,omitempty"`
 		Lines    []string   `json:"lines"`
 	}
 	jsonLead struct {
@@ -180,6 +190,7 @@ func jsonScenarioOf(sr *ScenarioReport) jsonScenario {
 	js := jsonScenario{
 		Name: sc.Name, Proxies: sr.Proxies, Description: sc.Describe(), Users: sc.Users, PeakUsers: sc.PeakUsers(),
 		LengthS: sc.Length().Seconds(), ThinkMS: millis(sc.Think), CheckIntervalMS: millis(sc.Interval()),
+		ReportDelayMS: millis(sc.ReportDelay), ProbeRTTMS: millis(sc.RTT()),
 	}
 	for _, st := range sc.Stages {
 		js.Stages = append(js.Stages, jsonStage{DurationS: st.Duration.Seconds(), Target: st.Target})
@@ -192,6 +203,9 @@ func jsonScenarioOf(sr *ScenarioReport) jsonScenario {
 			Sigma: b.Sigma, Samples: len(b.Samples), Weight: b.Weight, Capacity: b.Capacity, Down: []jsonOutage{}}
 		for _, o := range b.Down {
 			jb.Down = append(jb.Down, jsonOutage{AtS: o.At.Seconds(), UntilS: o.Until.Seconds()})
+		}
+		for _, n := range b.Neighbours {
+			jb.Neighbours = append(jb.Neighbours, jsonNeighbour{AtS: n.At.Seconds(), UntilS: n.Until.Seconds(), Takes: n.Takes})
 		}
 		js.Backends = append(js.Backends, jb)
 	}
@@ -217,7 +231,7 @@ func jsonScenarioOf(sr *ScenarioReport) jsonScenario {
 		js.Results = append(js.Results, jr)
 	}
 	v := sr.Verdict()
-	js.Verdict = jsonVerdict{Variant: v.Variant.String(), TradeOff: v.TradeOff, Handling: v.Handling, Lines: v.Lines(sr.algorithms())}
+	js.Verdict = jsonVerdict{Variant: v.Variant.String(), TradeOff: v.TradeOff, Handling: v.Handling, Versus: v.Versus, Lines: v.Lines(sr.algorithms())}
 	for _, l := range v.Leads {
 		js.Verdict.Leads = append(js.Verdict.Leads, jsonLead{Metric: l.Metric.Name, Leaders: l.Algorithms, Value: l.Value, Next: l.Next, Others: l.Others})
 	}

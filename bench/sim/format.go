@@ -164,6 +164,12 @@ func (s *Scenario) DescribeBackends() string {
 				fmt.Fprintf(&p, "-%v", o.Until)
 			}
 		}
+		for _, n := range b.Neighbours {
+			fmt.Fprintf(&p, ":nb=%d@%v", n.Takes, n.At)
+			if n.Until != 0 {
+				fmt.Fprintf(&p, "-%v", n.Until)
+			}
+		}
 		if b.Name != "" {
 			fmt.Fprintf(&p, ":name=%s", b.Name)
 		}

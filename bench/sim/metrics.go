@@ -128,6 +128,19 @@ func Metrics() []Metric {
 	}
 }
 
+// ProbesMetric is the probes probing pickers sent per user request
+// answered: what probing costs the backends, in requests of their own.
+// The load scenarios list it in their Metrics.
+func ProbesMetric() Metric {
+	return Metric{Name: "probes_per_request", Label: "probes/req", Unit: "probes", Better: Lower, Decimals: 2,
+		value: func(r *Result) (float64, bool) {
+			if r.Requests == 0 {
+				return 0, false
+			}
+			return float64(r.Probes) / float64(r.Requests), true
+		}}
+}
+
 // Value returns m's figure in r, and false when r has none (the failure
 // figures of a scenario without an outage, an extra figure the run did
 // not report).

@@ -18,11 +18,13 @@ import (
 //	50ms:s=0.5                         lognormal, median 50ms, sigma 0.5
 //	50ms:down=1m,150ms                 the first dies at 1m and stays dead
 //	50ms:down=1m-1m30s:down=2m-2m10s   dead twice
+//	50ms:c=16:nb=8@1m                  a neighbour takes 8 of its 16 slots from 1m
 //	50ms:name=fast                     "fast" in tables
 //
 // Options: w= weight (Backend.Weight), c= capacity (Backend.Capacity), j=
 // jitter (Backend.Jitter), s= sigma (Backend.Sigma), down=AT or AT-UNTIL
-// (Backend.Down, repeatable), name= label (Backend.Name). Durations use Go's
+// (Backend.Down, repeatable), nb=TAKES@AT or TAKES@AT-UNTIL
+// (Backend.Neighbours, repeatable), name= label (Backend.Name). Durations use Go's
 // syntax (time.ParseDuration). Errors wrap ErrScenario; values are checked
 // further by Scenario.Validate.
 func ParseBackends(spec string) ([]Backend, error) {
@@ -70,10 +72,24 @@ func parseBackend(item string) (Backend, error) {
 				o.Until, err = time.ParseDuration(until)
 			}
 			b.Down = append(b.Down, o)
+		case "nb":
+			var n Neighbour
+			takes, span, found := strings.Cut(val, "@")
+			if !found {
+				err = errors.New("want TAKES@AT or TAKES@AT-UNTIL")
+				break
+			}
+			at, until, ranged := strings.Cut(span, "-")
+			if n.Takes, err = strconv.Atoi(takes); err == nil {
+				if n.At, err = time.ParseDuration(at); err == nil && ranged {
+					n.Until, err = time.ParseDuration(until)
+				}
+			}
+			b.Neighbours = append(b.Neighbours, n)
 		case "samples":
 			return b, errors.New("samples: measured latencies come from a file (lbsim -backends-file), not -backends")
 		default:
-			return b, fmt.Errorf("unknown option %q (want w, c, j, s, down or name)", key)
+			return b, fmt.Errorf("unknown option %q (want w, c, j, s, down, nb or name)", key)
 		}
 		if err != nil {
 			return b, fmt.Errorf("option %s: %v", key, err)

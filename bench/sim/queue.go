@@ -2,15 +2,20 @@ package sim
 
 // Event kinds.
 const (
-	evSend    uint8 = iota // a user's think time is over: it sends a request
-	evFinish               // a backend answers the user's request
-	evRefused              // the user's connection attempt is refused
-	evOn                   // the profile adds the user
-	evOff                  // the profile removes the user
-	evKill                 // the backend dies
-	evRevive               // the backend comes back
-	evProbe                // a proxy checks every backend
-	evTick                 // health wrappers apply due transitions
+	evSend        uint8 = iota // a user's think time is over: it sends a request
+	evFinish                   // a backend answers the user's request
+	evRefused                  // the user's connection attempt is refused
+	evOn                       // the profile adds the user
+	evOff                      // the profile removes the user
+	evKill                     // the backend dies
+	evRevive                   // the backend comes back
+	evProbe                    // a proxy checks every backend
+	evTick                     // health wrappers apply due transitions
+	evCapacity                 // a backend's capacity changes: a neighbour arrives or leaves
+	evStep                     // probing pickers turn their probe loop
+	evProbeArrive              // a probe reaches its backend
+	evProbeAnswer              // a probe's answer reaches its proxy
+	evRefresh                  // pickers that weigh reports recompute their weights
 )
 
 // event is one thing due at a virtual time. Events due at the same time run

@@ -55,6 +55,9 @@ type Result struct {
 	Errors int64
 	// Retries counts attempts beyond each request's first.
 	Retries int64
+	// Probes counts the probes probing pickers sent (lrt/prequal), every
+	// proxy's together.
+	Probes int64
 	// RPS is Requests per second of Length: successful throughput.
 	RPS float64
 	// Latency of successful requests: mean and nearest-rank percentiles.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lbkit/lbkit/balancer"
+	"github.com/lbkit/lbkit/bench"
 )
 
 // ErrScenario is wrapped by every error about a malformed scenario,
@@ -31,6 +32,14 @@ const (
 	// MaxUsers bounds the virtual users of one scenario (memory grows with
 	// them).
 	MaxUsers = 1_000_000
+	// DefaultProbeRTT is the round trip of a probe when a Scenario leaves
+	// ProbeRTT zero: an HTTP request and its answer on a local network,
+	// ten times RefuseTime's bare exchange of packets.
+	DefaultProbeRTT = time.Millisecond
+	// MaxReportDelay bounds Scenario.ReportDelay: beyond a minute a report
+	// speaks of another load than the one it is used for, and the history
+	// each backend keeps for it grows with the delay.
+	MaxReportDelay = time.Minute
 	// MaxLength bounds every time a scenario holds: its length (the sum
 	// of its stages), its think time and check interval, each backend's
 	// latency and the end of each outage. 10,000 hours is over a year,
@@ -73,6 +82,31 @@ type Scenario struct {
 	// JSON, CSV and the verdict show them after those. Empty for the
 	// default scenarios.
 	Metrics []Metric
+	// ReportDelay is how old the load report an answer carries is: the
+	// backend's state that long before the answer leaves (see "Load
+	// reports and probes" in the package doc). Zero: the state as the
+	// answer leaves. At most MaxReportDelay.
+	ReportDelay time.Duration
+	// ProbeRTT is the round trip of a probe from a probing picker
+	// (lrt/prequal) to a backend and back; the backend answers halfway,
+	// with its state then. Zero means DefaultProbeRTT.
+	ProbeRTT time.Duration
+	// Versus, when not nil, adds a line to the verdict that sets the best
+	// p99 of one group of algorithms against another's (the load
+	// scenarios: the pickers that weigh reports or probes against
+	// leastconn and lrt).
+	Versus *Versus
+}
+
+// Versus names two groups of algorithms the verdict compares by their
+// best p99 (Verdict.Versus). Algorithms of a group that did not run are
+// left out; a group with none that ran leaves the line out.
+type Versus struct {
+	// Name and Against name the groups in the line, as "report-driven
+	// or probing" and "local".
+	Name, Against string
+	// Algorithms and Baselines are the groups' algorithms.
+	Algorithms, Baselines []string
 }
 
 // Backend describes one simulated upstream. Its service time is Latency,
@@ -109,6 +143,26 @@ type Backend struct {
 	// Down lists the times the backend is dead: connections are refused,
 	// and requests in flight when it dies fail.
 	Down []Outage
+	// Neighbours lists the times something else on the backend's machine,
+	// which the proxies cannot see, takes part of its Capacity (which
+	// must be set): a noisy neighbour, a batch job, a CPU antagonist.
+	Neighbours []Neighbour
+}
+
+// Neighbour is a span during which a neighbour takes Takes of a backend's
+// Capacity: the backend serves at most Capacity − Takes requests at once,
+// and queues the rest. Requests in service when it arrives finish; the
+// backend's load reports count against the capacity left (see "Load
+// reports and probes" in the package doc).
+type Neighbour struct {
+	// At is when the neighbour arrives, in time since the scenario
+	// started.
+	At time.Duration
+	// Until is when it leaves; zero means never.
+	Until time.Duration
+	// Takes is the number of request slots it takes, from 1 to
+	// Capacity − 1.
+	Takes int
 }
 
 // Outage is a span during which a backend is dead, in time since the
@@ -290,11 +344,69 @@ func Default(name string) (Scenario, bool) {
 	return Scenario{}, false
 }
 
+// Parameters of the load scenarios (LoadScenarios).
+const (
+	// LoadLatency is the service time of every backend of the load
+	// scenarios: the study's fastest backend, fixed, as in the study.
+	LoadLatency = 50 * time.Millisecond
+	// NeighbourAt is when antagonist's neighbour arrives.
+	NeighbourAt = time.Minute
+)
+
+// LoadScenarios returns the scenarios that ask whether the backends' own
+// reports of their load, and probes, are worth their cost: each at 70%
+// and at 95% of the capacity, 3 minutes long, users thinking DefaultThink.
+//
+//   - antagonist-70, antagonist-95: four backends serving in 50 ms, 16
+//     requests at once each; from 1 minute on, a neighbour the proxies
+//     cannot see takes 8 of the first one's 16 slots. The share is of
+//     the 56 slots left with the neighbour there (at 95% of all 64 they
+//     would be overloaded, 109%, and every picker would queue).
+//   - hetero-70, hetero-95: four backends serving in 50 ms, 32, 16, 8
+//     and 4 requests at once.
+//
+// The users are as many as would keep that share of the slots busy if
+// no request queued: share × slots × (think + latency) / latency, 160 for
+// antagonist-95, 171 for hetero-95. Each scenario's Versus sets the
+// pickers of bench.LoadAware against leastconn and lrt.
+func LoadScenarios() []Scenario {
+	var reporting []string
+	for _, a := range bench.LoadAware() {
+		reporting = append(reporting, a.Name)
+	}
+	mk := func(name string, capacities []int, neighbour int, share float64) Scenario {
+		slots := 0
+		bs := make([]Backend, len(capacities))
+		for i, c := range capacities {
+			bs[i] = Backend{Latency: LoadLatency, Capacity: c}
+			slots += c
+		}
+		if neighbour > 0 {
+			bs[0].Neighbours = []Neighbour{{At: NeighbourAt, Takes: neighbour}}
+			slots -= neighbour
+		}
+		users := int(math.Round(share * float64(slots) * float64(DefaultThink+LoadLatency) / float64(LoadLatency)))
+		return Scenario{
+			Name: fmt.Sprintf("%s-%.0f", name, 100*share), Backends: bs, Users: users,
+			Stages: []Stage{{3 * time.Minute, users}}, Think: DefaultThink,
+			Metrics: []Metric{ProbesMetric()},
+			Versus:  &Versus{Name: "report-driven or probing", Against: "local", Algorithms: reporting, Baselines: []string{"leastconn", "lrt"}},
+		}
+	}
+	return []Scenario{
+		mk("antagonist", []int{16, 16, 16, 16}, 8, 0.70),
+		mk("antagonist", []int{16, 16, 16, 16}, 8, 0.95),
+		mk("hetero", []int{32, 16, 8, 4}, 0, 0.70),
+		mk("hetero", []int{32, 16, 8, 4}, 0, 0.95),
+	}
+}
+
 func cloneBackends(bs []Backend) []Backend {
 	out := make([]Backend, len(bs))
 	for i, b := range bs {
 		out[i] = b
 		out[i].Down = append([]Outage(nil), b.Down...)
+		out[i].Neighbours = append([]Neighbour(nil), b.Neighbours...)
 	}
 	return out
 }
@@ -402,6 +514,14 @@ func (s *Scenario) Interval() time.Duration {
 	return s.CheckInterval
 }
 
+// RTT returns ProbeRTT, or DefaultProbeRTT when it is zero.
+func (s *Scenario) RTT() time.Duration {
+	if s.ProbeRTT == 0 {
+		return DefaultProbeRTT
+	}
+	return s.ProbeRTT
+}
+
 // RunVariants returns Variants, or [None] when it is empty.
 func (s *Scenario) RunVariants() []Variant {
 	if len(s.Variants) == 0 {
@@ -461,6 +581,12 @@ func (s *Scenario) Validate() error {
 			return bad("unknown variant %v", v)
 		}
 	}
+	if s.ReportDelay < 0 || s.ReportDelay > MaxReportDelay {
+		return bad("report delay %v outside [0, %v]", s.ReportDelay, MaxReportDelay)
+	}
+	if s.ProbeRTT < 0 || s.ProbeRTT > MaxLength {
+		return bad("probe round trip %v outside [0, %v]", s.ProbeRTT, MaxLength)
+	}
 	ids := make(map[string]bool, len(s.Backends))
 	for i, b := range s.Backends {
 		if ids[s.ID(i)] {
@@ -496,27 +622,49 @@ func (b *Backend) validate(length time.Duration) error {
 			return fmt.Errorf("sample %v outside [0, %v]", d, MaxLength)
 		}
 	}
-	var prev time.Duration
-	for i, o := range b.Down {
+	if err := checkSpans(len(b.Down), func(i int) (time.Duration, time.Duration) { return b.Down[i].At, b.Down[i].Until },
+		length, "outage", "starts", "ends"); err != nil {
+		return err
+	}
+	for _, n := range b.Neighbours {
 		switch {
-		case o.At < prev || (i > 0 && o.At == prev):
-			return fmt.Errorf("outage at %v overlaps or precedes the one before", o.At)
-		case o.At < 0 || o.At >= length:
-			return fmt.Errorf("outage at %v outside the scenario's %v", o.At, length)
-		case o.Until != 0 && o.Until <= o.At:
-			return fmt.Errorf("outage ends at %v, not after it starts at %v", o.Until, o.At)
-		case o.Until > MaxLength:
-			return fmt.Errorf("outage ends at %v, after %v (MaxLength); zero means never", o.Until, MaxLength)
-		case o.Until == 0 && i < len(b.Down)-1:
-			return fmt.Errorf("outage at %v never ends but another follows", o.At)
+		case b.Capacity == 0:
+			return errors.New("a neighbour takes part of a capacity: set one (c=)")
+		case n.Takes < 1 || n.Takes >= b.Capacity:
+			return fmt.Errorf("neighbour at %v takes %d slots, outside [1, %d] (the capacity less one)", n.At, n.Takes, b.Capacity-1)
 		}
-		prev = o.Until
+	}
+	return checkSpans(len(b.Neighbours), func(i int) (time.Duration, time.Duration) { return b.Neighbours[i].At, b.Neighbours[i].Until },
+		length, "neighbour", "arrives", "leaves")
+}
+
+// checkSpans checks n spans of time, the i-th from span(i), as outages and
+// neighbours have them: each starts within the scenario's length, after
+// the one before has ended, and ends after it starts, or never (the last
+// only). what names a span in errors, starts and ends its two ends.
+func checkSpans(n int, span func(int) (at, until time.Duration), length time.Duration, what, starts, ends string) error {
+	var prev time.Duration
+	for i := range n {
+		at, until := span(i)
+		switch {
+		case at < prev || (i > 0 && at == prev):
+			return fmt.Errorf("%s at %v overlaps or precedes the one before", what, at)
+		case at < 0 || at >= length:
+			return fmt.Errorf("%s at %v outside the scenario's %v", what, at, length)
+		case until != 0 && until <= at:
+			return fmt.Errorf("%s %s at %v, not after it %s at %v", what, ends, until, starts, at)
+		case until > MaxLength:
+			return fmt.Errorf("%s %s at %v, after %v (MaxLength); zero means never", what, ends, until, MaxLength)
+		case until == 0 && i < n-1:
+			return fmt.Errorf("%s at %v never %s but another follows", what, at, ends)
+		}
+		prev = until
 	}
 	return nil
 }
 
-// Scale returns a copy of s whose stage durations and outage times are
-// multiplied by f (rounded to the millisecond, a stage lasting at least
+// Scale returns a copy of s whose stage durations, outage times and
+// neighbours' times are multiplied by f (rounded to the millisecond, a stage lasting at least
 // one; a time too large for a Duration becomes the largest one, which
 // Validate refuses): -duration uses it to shorten or stretch a profile.
 func (s Scenario) Scale(f float64) Scenario {
@@ -534,14 +682,21 @@ func (s Scenario) Scale(f float64) Scenario {
 	for i := range s.Stages {
 		s.Stages[i].Duration = max(scale(s.Stages[i].Duration), time.Millisecond)
 	}
+	// A span that ends still ends after it starts.
+	span := func(at, until *time.Duration) {
+		*at = scale(*at)
+		if *until != 0 {
+			*until = max(scale(*until), *at+time.Millisecond)
+		}
+	}
 	s.Backends = cloneBackends(s.Backends)
 	for i := range s.Backends {
-		for j, o := range s.Backends[i].Down {
-			o.At = scale(o.At)
-			if o.Until != 0 {
-				o.Until = max(scale(o.Until), o.At+time.Millisecond)
-			}
-			s.Backends[i].Down[j] = o
+		b := &s.Backends[i]
+		for j := range b.Down {
+			span(&b.Down[j].At, &b.Down[j].Until)
+		}
+		for j := range b.Neighbours {
+			span(&b.Neighbours[j].At, &b.Neighbours[j].Until)
 		}
 	}
 	return s

@@ -537,6 +537,23 @@ func TestValidate(t *testing.T) {
 		{"endless outage then another", func(s *sim.Scenario) {
 			s.Backends[1].Down = []sim.Outage{{At: time.Second}, {At: 2 * time.Second}}
 		}},
+		{"neighbour without capacity", func(s *sim.Scenario) { s.Backends[1].Neighbours = []sim.Neighbour{{At: time.Second, Takes: 1}} }},
+		{"neighbour takes all", func(s *sim.Scenario) {
+			s.Backends[1].Capacity, s.Backends[1].Neighbours = 4, []sim.Neighbour{{At: time.Second, Takes: 4}}
+		}},
+		{"neighbour takes nothing", func(s *sim.Scenario) {
+			s.Backends[1].Capacity, s.Backends[1].Neighbours = 4, []sim.Neighbour{{At: time.Second}}
+		}},
+		{"neighbour after the end", func(s *sim.Scenario) {
+			s.Backends[1].Capacity, s.Backends[1].Neighbours = 4, []sim.Neighbour{{At: time.Hour, Takes: 1}}
+		}},
+		{"neighbours overlap", func(s *sim.Scenario) {
+			s.Backends[1].Capacity = 4
+			s.Backends[1].Neighbours = []sim.Neighbour{{At: time.Second, Until: 3 * time.Second, Takes: 1}, {At: 2 * time.Second, Takes: 2}}
+		}},
+		{"negative report delay", func(s *sim.Scenario) { s.ReportDelay = -1 }},
+		{"report delay too long", func(s *sim.Scenario) { s.ReportDelay = sim.MaxReportDelay + 1 }},
+		{"negative probe round trip", func(s *sim.Scenario) { s.ProbeRTT = -1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := good()
@@ -569,7 +586,19 @@ func TestParseBackends(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, bs, again, "DescribeBackends prints what ParseBackends reads")
 
-	for _, bad := range []string{"", "fast", "50ms:w", "50ms:w=x", "50ms:c=1.5", "50ms:q=1", "50ms:down=soon", "50ms:down=1m-x", "50ms:s=x", "50ms,,"} {
+	bs, err = sim.ParseBackends("50ms:c=16:nb=8@1m,50ms:c=4:nb=1@10s-20s:nb=3@30s")
+	require.NoError(t, err)
+	assert.Equal(t, []sim.Backend{
+		{Latency: 50 * time.Millisecond, Capacity: 16, Neighbours: []sim.Neighbour{{At: time.Minute, Takes: 8}}},
+		{Latency: 50 * time.Millisecond, Capacity: 4, Neighbours: []sim.Neighbour{{10 * time.Second, 20 * time.Second, 1}, {At: 30 * time.Second, Takes: 3}}},
+	}, bs)
+	sc = sim.Scenario{Backends: bs}
+	again, err = sim.ParseBackends(sc.DescribeBackends())
+	require.NoError(t, err)
+	assert.Equal(t, bs, again, "DescribeBackends prints neighbours as ParseBackends reads them")
+
+	for _, bad := range []string{"", "fast", "50ms:w", "50ms:w=x", "50ms:c=1.5", "50ms:q=1", "50ms:down=soon", "50ms:down=1m-x", "50ms:s=x", "50ms,,",
+		"50ms:c=4:nb=2", "50ms:c=4:nb=x@1m", "50ms:c=4:nb=2@soon", "50ms:c=4:nb=2@1m-x"} {
 		_, err := sim.ParseBackends(bad)
 		assert.ErrorIs(t, err, sim.ErrScenario, "%q", bad)
 	}

@@ -30,6 +30,11 @@ type Verdict struct {
 	// Handling sets the variants' errors side by side, in a line, when
 	// the scenario compares several; empty otherwise.
 	Handling string
+	// Versus sets the best p99 of the scenario's Versus groups side by
+	// side, in a line: "report-driven or probing against local: prequal's
+	// p99 is 41% below lrt's (60.2 against 102.3 ms)"; empty without a
+	// Versus, or when a group has no run that served a request.
+	Versus string
 }
 
 // Lead is who leads by one metric in a scenario.
@@ -137,6 +142,9 @@ func (sr *ScenarioReport) Verdict() Verdict {
 		vd.Leads = append(vd.Leads, lead(m, rs))
 	}
 	vd.TradeOff = tradeOff(vd.Leads, rs)
+	if vs := sr.Scenario.Versus; vs != nil {
+		vd.Versus = versus(vs, rs)
+	}
 	if vs := sr.Scenario.RunVariants(); len(vs) > 1 {
 		parts := make([]string, len(vs))
 		for i, variant := range vs {
@@ -152,6 +160,38 @@ func (sr *ScenarioReport) Verdict() Verdict {
 			strings.Join(parts, ", "), v)
 	}
 	return vd
+}
+
+// versus compares the best p99 of vs's groups among rs.
+func versus(vs *Versus, rs []*Result) string {
+	best := func(names []string) *Result {
+		var b *Result
+		for _, n := range names {
+			if r := find(rs, n); r != nil && r.Requests > 0 && (b == nil || r.P99 < b.P99) {
+				b = r
+			}
+		}
+		return b
+	}
+	a, b := best(vs.Algorithms), best(vs.Baselines)
+	if a == nil || b == nil {
+		return ""
+	}
+	ms := Metrics()
+	m := &ms[slices.IndexFunc(ms, func(m Metric) bool { return m.Name == "p99_ms" })]
+	pa, _ := m.Value(a)
+	qb, _ := m.Value(b)
+	var how string
+	switch {
+	case tied(pa, qb):
+		how = "the same as"
+	case pa < qb:
+		how = fmt.Sprintf("%.0f%% below", 100*(1-pa/qb))
+	default:
+		how = fmt.Sprintf("%.0f%% above", 100*(pa/qb-1))
+	}
+	return fmt.Sprintf("%s against %s: %s's p99 is %s %s's (%s against %s)", vs.Name, vs.Against, a.Algorithm, how, b.Algorithm,
+		valueText(m, pa), valueText(m, qb))
 }
 
 // find returns the result of the named algorithm in rs, or nil.
@@ -326,6 +366,9 @@ func (v *Verdict) Lines(algorithms int) []string {
 	}
 	if v.Handling != "" {
 		out = append(out, v.Handling)
+	}
+	if v.Versus != "" {
+		out = append(out, v.Versus)
 	}
 	return out
 }

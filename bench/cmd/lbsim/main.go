@@ -277,18 +277,22 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	scenarioName := func(s sim.Scenario) string { return s.Name }
 	algoName := func(a bench.Algorithm) string { return a.Name }
-	algos := bench.Algorithms()
+	algos := append(bench.Algorithms(), bench.LoadAware()...)
 	var (
-		scenarios = fs.String("scenarios", "", "scenarios to run, comma-separated: "+nameList(sim.Defaults(nil), scenarioName)+" (default all)")
-		algoList  = fs.String("algos", "", "algorithms, comma-separated: "+nameList(algos, algoName)+" (default all)")
-		variants  = fs.String("variants", "", "failure handling for every scenario, comma-separated: none, or active, passive, retry joined by '+'\n(default: none; the failure scenarios compare none,active,active+passive,active+passive+retry)")
-		seed      = fs.Uint64("seed", 1, "seed: the same seed prints the same tables")
-		duration  = fs.Duration("duration", 0, "stretch or shrink each scenario to last this long, outage times included (default: as defined, 3m and 2m20s)")
-		users     = fs.Int("users", 0, "scale each profile so that it peaks at this many users (default: as defined, 100 or 250)")
-		think     = fs.Duration("think", sim.DefaultThink, "time a user waits between an answer and its next request")
-		interval  = fs.Duration("interval", sim.DefaultCheckInterval, "time between active health checks")
-		backends  = fs.String("backends", "", "the backends, comma-separated: LATENCY[:w=WEIGHT][:c=CAPACITY][:j=JITTER|:s=SIGMA][:down=AT[-UNTIL]]...[:name=NAME]\n"+
-			"e.g. 50ms:w=6,150ms:w=3:c=8,300ms:j=50ms,500ms:s=0.5:down=1m-2m; weights are used by wrr only\n"+
+		scenarios = fs.String("scenarios", "", "scenarios to run, comma-separated: "+nameList(sim.Defaults(nil), scenarioName)+" (default: these six);\n"+
+			"or the load scenarios, whose backends report their load: "+nameList(sim.LoadScenarios(), scenarioName)+"\n"+
+			"(antagonist and hetero name both of theirs)")
+		algoList = fs.String("algos", "", "algorithms, comma-separated: "+nameList(algos, algoName)+"\n"+
+			"(default: all but "+nameList(bench.LoadAware(), algoName)+", which weigh load reports and probes; all with a load scenario)")
+		variants = fs.String("variants", "", "failure handling for every scenario, comma-separated: none, or active, passive, retry joined by '+'\n(default: none; the failure scenarios compare none,active,active+passive,active+passive+retry)")
+		seed     = fs.Uint64("seed", 1, "seed: the same seed prints the same tables")
+		duration = fs.Duration("duration", 0, "stretch or shrink each scenario to last this long, outage times included (default: as defined, 3m and 2m20s)")
+		users    = fs.Int("users", 0, "scale each profile so that it peaks at this many users (default: as defined, 100 or 250)")
+		think    = fs.Duration("think", sim.DefaultThink, "time a user waits between an answer and its next request")
+		interval = fs.Duration("interval", sim.DefaultCheckInterval, "time between active health checks")
+		backends = fs.String("backends", "", "the backends, comma-separated: LATENCY[:w=WEIGHT][:c=CAPACITY][:j=JITTER|:s=SIGMA][:down=AT[-UNTIL]]...[:nb=TAKES@AT[-UNTIL]]...[:name=NAME]\n"+
+			"e.g. 50ms:w=6,150ms:w=3:c=8,300ms:j=50ms,500ms:s=0.5:down=1m-2m; weights are used by wrr only;\n"+
+			"nb= is a neighbour the proxies cannot see, taking TAKES of the backend's c= slots from AT (until UNTIL)\n"+
 			"(default 50ms:w=6,150ms:w=3,300ms:w=2,500ms:w=1; -cap scenarios give backends without c= a capacity of "+strconv.Itoa(sim.DefaultCapacity)+")\n"+
 			"down= applies in every scenario run, so each outage must start within every scenario's length (burst lasts 2m20s;\n"+
 			"choose with -scenarios); the failure scenarios kill the first backend at 1m unless one has down=")
@@ -296,13 +300,15 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 			"or, with -log-format, an nginx access log; each backend's service times are drawn from its samples")
 		logFormat = fs.String("log-format", "", "with -backends-file: the nginx log_format string that wrote the access log;\n"+
 			"it must include $upstream_addr and $upstream_response_time")
-		stages   = fs.String("stages", "", "user profile for every scenario: [START,]DURATION:TARGET,..., k6-style linear ramps, e.g. 0,30s:100,2m:100")
-		proxies  = fs.String("proxies", "1", "numbers of independent balancers the users are split over, comma-separated, e.g. 1,10")
-		markdown = fs.Bool("markdown", false, "print Markdown tables")
-		html     = fs.String("html", "", "also write a self-contained HTML report with charts to this file (with -live: the live run's, and simulated vs live)")
-		jsonFile = fs.String("json", "", "also write every figure of every run, the series, the verdicts and the flags to this file as JSON (with -live: both runs)")
-		csvFile  = fs.String("csv", "", "also write the figures of the tables to this file as CSV: a row per run, then one per backend (with -live: both runs)")
-		maxReq   = fs.Float64("max-requests", defaultMaxRequests, "refuse to start when the runs asked for would simulate more requests than this (an estimate; memory stays bounded,\n"+
+		reportDelay = fs.Duration("report-delay", 0, "how old the load report an answer carries is: the backend's state that long before (at most "+sim.MaxReportDelay.String()+")")
+		probeRTT    = fs.Duration("probe-rtt", sim.DefaultProbeRTT, "round trip of a probe from a probing picker (prequal) to a backend and back")
+		stages      = fs.String("stages", "", "user profile for every scenario: [START,]DURATION:TARGET,..., k6-style linear ramps, e.g. 0,30s:100,2m:100")
+		proxies     = fs.String("proxies", "1", "numbers of independent balancers the users are split over, comma-separated, e.g. 1,10")
+		markdown    = fs.Bool("markdown", false, "print Markdown tables")
+		html        = fs.String("html", "", "also write a self-contained HTML report with charts to this file (with -live: the live run's, and simulated vs live)")
+		jsonFile    = fs.String("json", "", "also write every figure of every run, the series, the verdicts and the flags to this file as JSON (with -live: both runs)")
+		csvFile     = fs.String("csv", "", "also write the figures of the tables to this file as CSV: a row per run, then one per backend (with -live: both runs)")
+		maxReq      = fs.Float64("max-requests", defaultMaxRequests, "refuse to start when the runs asked for would simulate more requests than this (an estimate; memory stays bounded,\n"+
 			"but time grows with requests: about 0.1 to 0.3 µs each per core)")
 		liveMode = fs.Bool("live", false, "play the scenarios for real, through lbhttp's reverse proxy to HTTP backends on 127.0.0.1,\n"+
 			"one run at a time, and print the live tables and a simulated-vs-live table (-html then charts the live run)")
@@ -361,12 +367,32 @@ flags:`)
 			return nil, err
 		}
 	}
-	all := sim.Defaults(bs)
-	picked, err := choose(*scenarios, all, scenarioName, "scenario")
-	if err != nil {
-		return nil, err
+	defaults, load := sim.Defaults(bs), sim.LoadScenarios()
+	var picked []sim.Scenario
+	if *scenarios == "" {
+		picked = defaults
+	} else {
+		var err error
+		if picked, err = choose(groups(*scenarios, load), append(defaults, load...), scenarioName, "scenario"); err != nil {
+			return nil, err
+		}
 	}
-	if cfg.algos, err = choose(*algoList, algos, algoName, "algorithm"); err != nil {
+	loaded := false // a load scenario was asked for
+	for _, s := range picked {
+		if slices.ContainsFunc(load, func(l sim.Scenario) bool { return l.Name == s.Name }) {
+			loaded = true
+		}
+	}
+	// The pickers that weigh reports and probes run where the backends'
+	// reports are the point, unless named.
+	defaultAlgos := bench.Algorithms()
+	if loaded {
+		defaultAlgos = algos
+	}
+	var err error
+	if *algoList == "" {
+		cfg.algos = defaultAlgos
+	} else if cfg.algos, err = choose(*algoList, algos, algoName, "algorithm"); err != nil {
 		return nil, err
 	}
 	var vs []sim.Variant
@@ -399,6 +425,11 @@ flags:`)
 		return nil, fmt.Errorf("-interval: %v is not positive", *interval)
 	}
 	for _, s := range picked {
+		if bs != nil && s.Versus != nil {
+			// A load scenario's backends are its own unless given: then
+			// they replace them, users unchanged.
+			s.Backends = slices.Clone(bs)
+		}
 		if *stages != "" {
 			if s.Users, s.Stages, err = sim.ParseStages(*stages); err != nil {
 				return nil, err
@@ -406,6 +437,8 @@ flags:`)
 		}
 		s.Think = *think
 		s.CheckInterval = *interval
+		s.ReportDelay = *reportDelay
+		s.ProbeRTT = *probeRTT
 		if vs != nil {
 			s.Variants = vs
 		}
@@ -490,6 +523,31 @@ func checkWork(cfg *config, limit float64) error {
 		plural(runs, "run", "runs"), total, peak,
 		(time.Duration(total*0.1e3/cores) * time.Nanosecond).Round(time.Second),
 		(time.Duration(total*0.3e3/cores) * time.Nanosecond).Round(time.Second), int(cores), limit)
+}
+
+// groups replaces in list (comma-separated) each name that is no load
+// scenario's but the prefix of some, as "hetero" is of hetero-70 and
+// hetero-95, by their names.
+func groups(list string, load []sim.Scenario) string {
+	var out []string
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		var members []string
+		for _, s := range load {
+			if s.Name == n {
+				members = nil
+				break
+			}
+			if strings.HasPrefix(s.Name, n+"-") {
+				members = append(members, s.Name)
+			}
+		}
+		if len(members) == 0 {
+			members = []string{n}
+		}
+		out = append(out, members...)
+	}
+	return strings.Join(out, ",")
 }
 
 // choose returns the items of all named in list (comma-separated, in list

@@ -69,6 +69,13 @@ func TestBadFlags(t *testing.T) {
 		{"malformed backends file", []string{"-backends-file", "../../sim/testdata/latencies-bad.csv"}, `latencies-bad.csv: sim: bad scenario: line 4: "130.2ms" is not a number`},
 		{"log format without upstream", []string{"-backends-file", "../../sim/testdata/access.log", "-log-format", "$remote_addr $status"}, "want $upstream_addr and $upstream_response_time"},
 		{"zero max requests", []string{"-max-requests", "0"}, "-max-requests: 0 is not positive"},
+		{"report delay too long", []string{"-scenarios", "hetero-95", "-report-delay", "2m"}, "report delay 2m0s outside [0, 1m0s]"},
+		{"negative report delay", []string{"-report-delay", "-1s"}, "report delay -1s outside"},
+		{"negative probe round trip", []string{"-probe-rtt", "-1ms"}, "probe round trip -1ms outside"},
+		{"unknown group", []string{"-scenarios", "antagonists"}, `unknown scenario "antagonists"`},
+		{"neighbour live", []string{"-live", "-scenarios", "antagonist-70", "-algos", "rr"}, "backend 1 (50ms#1) has a neighbour, which only the simulator plays"},
+		{"load-aware live", []string{"-live", "-scenarios", "steady", "-algos", "rr,prequal"}, "prequal weighs load reports or probes"},
+		{"neighbour without capacity", []string{"-scenarios", "steady", "-backends", "50ms:nb=1@1m"}, "a neighbour takes part of a capacity"},
 		// A million users in every default scenario: hours, refused before
 		// anything starts, with the estimate.
 		{"too much work", []string{"-users", "1000000"}, "refusing to start: 120 runs would simulate up to 1.3e+11 requests (1000000 users at the peak)"},
@@ -93,7 +100,8 @@ func TestLongThink(t *testing.T) {
 func TestHelp(t *testing.T) {
 	code, _, errs := runArgs("-help")
 	assert.Equal(t, 0, code)
-	for _, want := range []string{"-backends", "steady, burst, failure, steady-cap", "lrt-naive", "-proxies"} {
+	for _, want := range []string{"-backends", "steady, burst, failure, steady-cap", "lrt-naive", "-proxies",
+		"antagonist-70, antagonist-95, hetero-70, hetero-95", "wrr-reported, leastconn-reports, prequal", "-report-delay", "nb=TAKES@AT"} {
 		assert.Contains(t, errs, want)
 	}
 }
@@ -113,6 +121,36 @@ func TestRun(t *testing.T) {
 	code, again, _ := runArgs(args...)
 	require.Equal(t, 0, code)
 	assert.Equal(t, out, again, "same seed, same bytes")
+}
+
+// The load scenarios run on request, a name standing for both shares,
+// with every algorithm, bench.LoadAware's included, unless -algos says
+// otherwise; the verdict sets the report-driven and probing pickers
+// against the local ones.
+func TestLoadScenarios(t *testing.T) {
+	code, out, errs := runArgs("-scenarios", "hetero,antagonist-95", "-duration", "10s", "-proxies", "1,10")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "lbsim: 78 runs in ", "3 scenarios, 2 proxy counts, 13 algorithms")
+	for _, want := range []string{"hetero-70, 1 proxy: 126 users", "hetero-95, 10 proxies: 171 users", "antagonist-95, 1 proxy: 160 users",
+		"backends 50ms:c=16:nb=8@3.333s,50ms:c=16,50ms:c=16,50ms:c=16", "probes/req", "\nprequal ", "\nwrr-reported ", "\nleastconn-reports ",
+		"  report-driven or probing against local: ", "summary, 10 proxies, over 3 scenarios (hetero-70, hetero-95, antagonist-95)"} {
+		assert.Contains(t, out, want)
+	}
+	assert.NotContains(t, out, "steady")
+	assert.Regexp(t, `\nprequal +[0-9.]+ .* 1\.0[0-9]\n`, out, "one probe a pick, about one a request")
+	assert.Regexp(t, `\nlrt +[0-9.]+ .* 0\.00\n`, out, "no probe")
+
+	// Named algorithms only; the delay and the round trip reach the JSON.
+	path := filepath.Join(t.TempDir(), "out.json")
+	code, out, errs = runArgs("-scenarios", "hetero-95", "-duration", "10s", "-algos", "lrt,wrr-reported", "-report-delay", "2s", "-probe-rtt", "3ms", "-json", path)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "lbsim: 2 runs in ")
+	assert.Contains(t, out, "report-driven or probing against local: wrr-reported's p99 is ")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"report_delay_ms": 2000`)
+	assert.Contains(t, string(data), `"probe_rtt_ms": 3`)
+	assert.Contains(t, string(data), `"versus": "report-driven or probing against local: wrr-reported's p99 is `)
 }
 
 func TestMarkdownAndHTML(t *testing.T) {
