@@ -34,6 +34,11 @@ type Algorithm struct {
 	// it the scenario's weights (the others see equal weights, as in the
 	// study lbkit grew out of).
 	Weighted bool
+	// Reports is true for an algorithm that weighs the load reports
+	// backends send with their answers (balancer.Result.Load): the
+	// simulator's backends measure themselves and report only for those
+	// (and for probing pickers, which ask).
+	Reports bool
 	// Load is the load report the benchmark passes in every Done, for the
 	// algorithms of LoadAware that weigh reports; the zero Load for the
 	// others.
@@ -113,7 +118,8 @@ func LoadAware() []Algorithm {
 				_ = p.Close()
 				return p
 			},
-			Load: report,
+			Reports: true,
+			Load:    report,
 		},
 		{
 			Name: "leastconn-reports",
@@ -121,7 +127,8 @@ func LoadAware() []Algorithm {
 			Sim: func(r func() uint64, now func() time.Time) balancer.Balancer {
 				return leastconn.New(leastconn.WithReports(), leastconn.WithRand(r), leastconn.WithClock(now))
 			},
-			Load: report,
+			Reports: true,
+			Load:    report,
 		},
 		{
 			Name: "prequal",

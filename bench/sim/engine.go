@@ -48,8 +48,8 @@ type server struct {
 	inflight int // busy + queued
 	refused  error
 	reset    error
-	lane     int   // the queue's lane for its answers when its service time is fixed; −1 otherwise
-	meter    meter // what it measures of itself for its reports and probe answers
+	lane     int    // the queue's lane for its answers when its service time is fixed; −1 otherwise
+	meter    *meter // what it measures of itself for its reports and probe answers; nil unless a picker uses them
 
 	// Measured.
 	sent, refusals, resets int64
@@ -206,7 +206,6 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		s.spec = spec
 		s.alive = true
 		s.capacity = spec.Capacity
-		s.meter = newMeter(sc.ReportDelay)
 		id := sc.ID(i)
 		s.refused = fmt.Errorf("sim: dial %s: connect: %w", id, syscall.ECONNREFUSED)
 		s.reset = fmt.Errorf("sim: read %s: %w", id, syscall.ECONNRESET)
@@ -280,6 +279,13 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 	if e.proxies[0].prober != nil {
 		e.probeLane, e.answerLane = e.q.addLane(), e.q.addLane()
 		e.q.push(probeTick, evStep, 0, 0)
+	}
+	if a.Reports || e.proxies[0].prober != nil {
+		// The backends measure themselves only for pickers that use it:
+		// it costs the others time for nothing.
+		for i := range e.servers {
+			e.servers[i].meter = newMeter(sc.ReportDelay)
+		}
 	}
 	if e.proxies[0].refresher != nil {
 		e.q.push(refreshEvery, evRefresh, 0, 0)
@@ -461,11 +467,14 @@ func (e *engine) finish(u int32, token uint32) {
 	if s.head < len(s.waiting) && (s.capacity == 0 || s.busy < s.capacity) {
 		e.startNext(s)
 	}
-	// The answer carries the backend's report, and leaves the backend's
+	// The answer carries the backend's report, and joins the backend's
 	// figures (its latency estimate, its rate) once it has left.
-	load := s.meter.report(e.now, e.delay, s.inflight)
-	s.meter.answered(e.now - us.sentAt)
-	e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt), Load: load})
+	r := balancer.Result{Latency: time.Duration(e.now - us.sentAt)}
+	if s.meter != nil {
+		r.Load = s.meter.report(e.now, e.delay, s.inflight)
+		s.meter.answered(e.now - us.sentAt)
+	}
+	e.done(us, r)
 	e.latency.Record(time.Duration(e.now - us.start))
 	if e.exact != nil {
 		e.exact = append(e.exact, time.Duration(e.now-us.start))
@@ -599,7 +608,9 @@ func (e *engine) apply() {
 // account adds the in-flight area since the last change, split over the
 // series steps it spans, and brings the backend's meter up to now.
 func (s *server) account(now, step int64) {
-	s.meter.advance(now, s.busy, s.capacity, s.inflight)
+	if s.meter != nil {
+		s.meter.advance(now, s.busy, s.capacity, s.inflight)
+	}
 	if s.inflight > 0 {
 		n := int64(s.inflight)
 		s.area += n * (now - s.last)

@@ -62,9 +62,9 @@ type sample struct {
 // newMeter returns a meter that keeps the history a report delayed by
 // delay needs: a window and the delay, in samples, and a few more for the
 // rounding.
-func newMeter(delay time.Duration) meter {
+func newMeter(delay time.Duration) *meter {
 	n := (int64(ReportWindow)+int64(delay))/sampleEvery + 4
-	return meter{hist: make([]sample, n)}
+	return &meter{hist: make([]sample, n)}
 }
 
 // advance brings m up to now, with busy of capacity slots in use and

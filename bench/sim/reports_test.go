@@ -65,7 +65,7 @@ func (r refreshing) Refresh() { r.refresh = append(r.refresh, r.since()) }
 // recording returns an algorithm whose one picker (run with one proxy)
 // is rec, wrapped by wrap.
 func recording(rec *recorder, wrap func(*recorder) balancer.Balancer) bench.Algorithm {
-	return bench.Algorithm{Name: "recorder", Sim: func(_ func() uint64, now func() time.Time) balancer.Balancer {
+	return bench.Algorithm{Name: "recorder", Reports: true, Sim: func(_ func() uint64, now func() time.Time) balancer.Balancer {
 		rec.now = now
 		return wrap(rec)
 	}}
@@ -133,11 +133,22 @@ func TestReportsInDone(t *testing.T) {
 			}
 		})
 	}
+	// Only pickers that weigh reports get them (bench.Algorithm.Reports):
+	// for the others the backends measure nothing.
+	rec := &recorder{}
+	quiet := recording(rec, plain)
+	quiet.Reports = false
+	_, err := sim.Simulate(sc, sim.None, quiet, 1, 1)
+	require.NoError(t, err)
+	require.NotEmpty(t, rec.dones)
+	for _, d := range rec.dones {
+		require.False(t, d.load.Reported())
+	}
 	// Before the backend has measured anything (and, delayed, before
 	// the run), answers carry no report.
 	sc.ReportDelay = 15 * time.Second
-	rec := &recorder{}
-	_, err := sim.Simulate(sc, sim.None, recording(rec, plain), 1, 1)
+	rec = &recorder{}
+	_, err = sim.Simulate(sc, sim.None, recording(rec, plain), 1, 1)
 	require.NoError(t, err)
 	for _, d := range rec.dones {
 		if d.at < 15*time.Second {

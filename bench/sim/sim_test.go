@@ -25,6 +25,11 @@ import (
 func algo(t testing.TB, name string) bench.Algorithm {
 	t.Helper()
 	a, ok := bench.Lookup(name)
+	for _, l := range bench.LoadAware() {
+		if l.Name == name {
+			a, ok = l, true
+		}
+	}
 	require.True(t, ok, "no algorithm %q", name)
 	return a
 }
@@ -659,7 +664,7 @@ func BenchmarkSimulate(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
 		users int
-	}{{"rr", 100}, {"leastconn", 100}, {"lrt", 100}, {"rr", 100_000}} {
+	}{{"rr", 100}, {"leastconn", 100}, {"lrt", 100}, {"rr", 100_000}, {"wrr-reported", 100}, {"prequal", 100}} {
 		b.Run(fmt.Sprintf("algo=%s/users=%d", tc.name, tc.users), func(b *testing.B) {
 			sc := scenario(b, "steady")
 			if tc.users != sc.Users {
