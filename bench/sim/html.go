@@ -19,9 +19,10 @@ func palette(i int) string {
 }
 
 const (
-	errorColour  = "#d62728"
-	leaderColour = "#2b6cb0"
-	barColour    = "#a7c4e2"
+	errorColour     = "#d62728"
+	neighbourColour = "#b7791f"
+	leaderColour    = "#2b6cb0"
+	barColour       = "#a7c4e2"
 )
 
 // WriteHTML writes the report as one self-contained page (inline CSS and
@@ -470,17 +471,26 @@ func lineChart(w *bufio.Writer, sc *Scenario, step time.Duration, c chartSpec) {
 	y := func(v float64) float64 { return padT + plotH*(1-v/c.top) }
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %g %g" role="img" aria-label="%s">`, chartW, c.height, esc(c.title))
 	fmt.Fprintf(w, `<text x="%g" y="14" class="t">%s</text>`, padL, esc(c.title))
+	// span shades [at, until) (until zero: to the end), with a title, a
+	// line where it starts and a label.
+	span := func(at, until time.Duration, fill, stroke, title, label string) {
+		end := length
+		if until != 0 {
+			end = min(until.Seconds(), length)
+		}
+		from := at.Seconds()
+		fmt.Fprintf(w, `<rect x="%.1f" y="%g" width="%.1f" height="%g" fill="%s"><title>%s</title></rect>`,
+			x(from), padT, max(x(end)-x(from), 1), plotH, fill, esc(title))
+		fmt.Fprintf(w, `<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="%s" stroke-dasharray="3 2"/>`, x(from), padT, x(from), padT+plotH, stroke)
+		fmt.Fprintf(w, `<text x="%.1f" y="%g" fill="%s">%s</text>`, x(from)+3, padT+11, stroke, esc(label))
+	}
 	for i, b := range sc.Backends {
 		for _, o := range b.Down {
-			end := length
-			if o.Until != 0 {
-				end = min(o.Until.Seconds(), length)
-			}
-			at := o.At.Seconds()
-			fmt.Fprintf(w, `<rect x="%.1f" y="%g" width="%.1f" height="%g" fill="#fbe3e3"><title>%s down from %v%s</title></rect>`,
-				x(at), padT, max(x(end)-x(at), 1), plotH, esc(sc.Label(i)), o.At, untilText(o))
-			fmt.Fprintf(w, `<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="%s" stroke-dasharray="3 2"/>`, x(at), padT, x(at), padT+plotH, errorColour)
-			fmt.Fprintf(w, `<text x="%.1f" y="%g" fill="%s">%s down</text>`, x(at)+3, padT+11, errorColour, esc(sc.Label(i)))
+			span(o.At, o.Until, "#fbe3e3", errorColour, fmt.Sprintf("%s down from %v%s", sc.Label(i), o.At, untilText(o)), sc.Label(i)+" down")
+		}
+		for _, n := range b.Neighbours {
+			span(n.At, n.Until, "#fdf1d8", neighbourColour, fmt.Sprintf("a neighbour takes %d of %s's %d slots from %v%s",
+				n.Takes, sc.Label(i), b.Capacity, n.At, untilText(Outage{n.At, n.Until})), sc.Label(i)+" neighbour")
 		}
 	}
 	for _, t := range ticks(c.top, max(2, int(plotH/22))) {

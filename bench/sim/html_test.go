@@ -73,3 +73,17 @@ func TestHTML(t *testing.T) {
 	assert.Contains(t, fail, "<details><summary>none</summary>")
 	assert.Regexp(t, `<title>\d+(\.\d+)?s–\d+(\.\d+)?s\n50ms: [0-9.]+ \(peak \d+\)`, fail, "hover: the bin's values")
 }
+
+// A neighbour is shaded and named on the charts, as an outage is, and the
+// load scenario's verdict line reaches the page.
+func TestHTMLNeighbour(t *testing.T) {
+	sc := sim.LoadScenarios()[1].Scale(0.1) // antagonist-95
+	rep, err := sim.Run([]sim.Scenario{sc}, []bench.Algorithm{algo(t, "lrt"), algo(t, "prequal")}, sim.Options{Seed: 1})
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteHTML(&buf))
+	page := buf.String()
+	assert.Contains(t, page, "<title>a neighbour takes 8 of 50ms#1&#39;s 16 slots from 6s, for good</title>")
+	assert.Contains(t, page, ">50ms#1 neighbour</text>")
+	assert.Contains(t, page, "report-driven or probing against local: prequal&#39;s p99 is ")
+}
