@@ -304,6 +304,35 @@ func TestREADMEVerdict(t *testing.T) {
 	assert.Equal(t, printed, quoted, "README.md quotes a verdict lbsim no longer prints")
 }
 
+// TestREADMEReports keeps the README's answer on load reports true: the
+// comparison lines it quotes must be what the load scenarios' verdicts
+// print at 95% behind 10 proxies. Each line compares wrr-reported,
+// leastconn-reports and prequal with leastconn and lrt, whose figures do
+// not depend on the other algorithms run beside them (each run has the
+// scenario's seed), so the test runs those five only. When a change moves
+// one, rerun `go run ./bench/cmd/lbsim -scenarios antagonist,hetero
+// -proxies 1,10` and paste the lines, prefixed with their scenario.
+func TestREADMEReports(t *testing.T) {
+	after := readmeAfter(t, "leastconn and lrt; at 95% behind 10 proxies they read:")
+	block, _, found := strings.Cut(strings.TrimPrefix(strings.TrimLeft(after, "\n"), "```\n"), "```")
+	require.True(t, found, "no code block after the intro")
+	quoted := strings.Split(strings.TrimSuffix(block, "\n"), "\n")
+
+	code, out, errs := runArgs("-scenarios", "antagonist-95,hetero-95", "-proxies", "10", "-algos", "leastconn,lrt,wrr-reported,leastconn-reports,prequal")
+	require.Equal(t, 0, code, errs)
+	var printed []string
+	scenario := ""
+	for _, line := range strings.Split(out, "\n") {
+		if name, _, ok := strings.Cut(line, ", 10 proxies: "); ok && !strings.HasPrefix(line, " ") {
+			scenario = name
+		}
+		if v, ok := strings.CutPrefix(line, "  report-driven or probing against local: "); ok {
+			printed = append(printed, scenario+": report-driven or probing against local: "+v)
+		}
+	}
+	assert.Equal(t, printed, quoted, "README.md quotes comparisons lbsim no longer prints")
+}
+
 // readmeAfter returns what follows intro in the repository's README.md.
 func readmeAfter(t *testing.T, intro string) string {
 	t.Helper()
