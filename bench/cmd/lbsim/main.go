@@ -287,7 +287,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		variants = fs.String("variants", "", "failure handling for every scenario, comma-separated: none, or active, passive, retry joined by '+'\n(default: none; the failure scenarios compare none,active,active+passive,active+passive+retry)")
 		seed     = fs.Uint64("seed", 1, "seed: the same seed prints the same tables")
 		duration = fs.Duration("duration", 0, "stretch or shrink each scenario to last this long, outage times included (default: as defined, 3m and 2m20s)")
-		users    = fs.Int("users", 0, "scale each profile so that it peaks at this many users (default: as defined, 100 or 250)")
+		users    = fs.Int("users", 0, "scale each profile so that it peaks at this many users (default: as defined, 100 or 250; 118 to 171 in the load scenarios)")
 		think    = fs.Duration("think", sim.DefaultThink, "time a user waits between an answer and its next request")
 		interval = fs.Duration("interval", sim.DefaultCheckInterval, "time between active health checks")
 		backends = fs.String("backends", "", "the backends, comma-separated: LATENCY[:w=WEIGHT][:c=CAPACITY][:j=JITTER|:s=SIGMA][:down=AT[-UNTIL]]...[:nb=TAKES@AT[-UNTIL]]...[:name=NAME]\n"+
