@@ -206,8 +206,9 @@
 // with 16 slots each, one losing 8 to a neighbour the proxies cannot see
 // from the first minute on (antagonist), or with 32, 16, 8 and 4 slots
 // (hetero); users at 70% and 95% of the slots; package bench/sim, "Are
-// load reports worth their cost?"), whose backends report busy slots
-// over slots as lbhttp.Reporter does, the p99s were, in ms:
+// load reports worth their cost?"), whose backends report their busy
+// slots over their slots over lbhttp.Reporter's window, the p99s were, in
+// ms:
 //
 //	                   antagonist-70  antagonist-95  hetero-70      hetero-95
 //	proxies             1      10      1      10      1      10      1      10

@@ -237,8 +237,8 @@
 // In lbsim's load scenarios (go run ./bench/cmd/lbsim -scenarios
 // antagonist,hetero -proxies 1,10, seed 1: four backends serving in 50 ms,
 // users at 70% and 95% of their slots; package bench/sim, "Are load
-// reports worth their cost?"), whose backends report as lbhttp.Reporter
-// does, Reported (wrr-reported) had these p99s, in ms, beside lrt's:
+// reports worth their cost?"), whose backends report their busy slots
+// over their slots and their rate over lbhttp.Reporter's window, Reported (wrr-reported) had these p99s, in ms, beside lrt's:
 //
 //	                    1 proxy                10 proxies
 //	                    wrr-reported  lrt      wrr-reported  lrt

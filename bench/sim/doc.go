@@ -233,17 +233,21 @@
 // a live one, so the failure scenarios with retries end with no failed
 // user request for any algorithm (TestFailure).
 //
-// Load reports and probes. Every backend measures itself as lbhttp's
-// Reporter measures a backend, and every answer carries its report
+// Load reports and probes. Every backend measures itself over the window
+// lbhttp's Reporter uses, and every answer carries its report
 // (balancer.Result.Load, in Done), for the pickers that weigh reports
-// (wrr's Reported, leastconn's WithReports); probing pickers
-// (lrt/prequal) have their probes answered.
+// (wrr's Reported, leastconn's WithReports; bench.Algorithm.Reports);
+// probing pickers (lrt/prequal) have their probes answered.
 //
 //   - Utilisation (Load.Application): busy slots over the slots the
 //     backend has, over the window (ReportWindow, 10 s in ten slots: the
 //     nine before the one in progress and that one so far, as the
 //     Reporter keeps it). A backend serving at its capacity reads 1
-//     however long its queue, as a CPU gauge does. With a neighbour, the
+//     however long its queue, as a CPU gauge does. That is the Reporter's
+//     figure (requests in its handler over Capacity) for a backend that
+//     queues in front of it; a Reporter around a handler that queues
+//     counts the queued requests too, and reads above 1 under a queue
+//     (not simulated). With a neighbour, the
 //     slots it has are those the neighbour leaves: its gauge sees that it
 //     is full. (A gauge that missed the neighbour's share, a process's
 //     own CPU time under a CPU antagonist, would read half at most, and
