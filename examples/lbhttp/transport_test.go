@@ -91,12 +91,12 @@ func TestDoneWhenBodyEnds(t *testing.T) {
 			},
 		},
 		{
-			name: "5xx read to EOF", status: 503,
+			name: "5xx read to EOF", status: 502, // a 503 would be retried (TestRetryOn)
 			finish: func(b io.ReadCloser) { _, _ = io.ReadAll(b); _ = b.Close() },
 			check: func(t *testing.T, r balancer.Result) {
 				var se *lbhttp.StatusError
 				require.ErrorAs(t, r.Err, &se)
-				assert.Equal(t, 503, se.Code)
+				assert.Equal(t, 502, se.Code)
 				assert.False(t, r.Abandoned())
 			},
 		},
@@ -728,10 +728,17 @@ func cannedRequest(tb testing.TB) func() {
 	}
 }
 
-// TestAllocs measures what the Transport adds to a request: one allocation
-// (the attempt: request copy, URL, body wrapper).
+// TestAllocs measures what the Transport adds to a request, with its
+// default timeouts and budget on: one allocation (the attempt: request
+// copy, URL, context, body wrapper). The guard that bounds the attempt
+// in time (its context, its timer) is reused from request to request.
 func TestAllocs(t *testing.T) {
-	assert.Equal(t, 1.0, testing.AllocsPerRun(1000, cannedRequest(t)))
+	got := testing.AllocsPerRun(1000, cannedRequest(t))
+	if raceEnabled {
+		assert.LessOrEqual(t, got, 4.0, "under -race, with sync.Pool dropping guards now and then")
+		return
+	}
+	assert.Equal(t, 1.0, got)
 }
 
 // BenchmarkRoundTrip is the Transport's own cost per request.
