@@ -213,7 +213,7 @@ func (g *guard) release() {
 	clean := !g.raced
 	if g.armed {
 		g.armed = false
-		clean = g.timer.Stop()
+		clean = g.timer.Stop() && clean
 	}
 	if g.unlink != nil {
 		clean = g.unlink() && clean

@@ -157,9 +157,7 @@ func (g *guard) hedge() {
 	switch {
 	case r.winner == winFirst:
 		r.mu.Unlock()
-		if h.b != nil {
-			t.lose(r.ctx, h)
-		}
+		t.lose(r.ctx, h)
 	case h.b != nil && t.usable(h):
 		r.winner = winHedge
 		if !r.firstDone {
@@ -216,6 +214,9 @@ func (t *Transport) sendHedge(r *hedgeRace) answer {
 // abandoned (a race lost teaches nothing of the backend, unless the
 // attempt had outlived the attempt timeout), a failure as itself.
 func (t *Transport) lose(ctx context.Context, ans answer) {
+	if ans.b == nil {
+		return // a hedge that was not sent
+	}
 	if ans.err == nil && t.usable(ans) {
 		ans.resp.Body.Close()
 		res := balancer.Result{Err: errHedgeLost}
