@@ -452,7 +452,13 @@ func (t *Transport) again(ctx context.Context, n int, deadline time.Time) bool {
 // request's own for the first attempt, a fresh copy from GetBody for the
 // others.
 func (t *Transport) attempt(req *http.Request, b balancer.Backend, n int, held *heldBody) (*attempt, error) {
-	a := &attempt{req: *req, url: *req.URL}
+	a := &attempt{url: *req.URL}
+	if t.guarded {
+		// Sent with the attempt's own context, which launch fills in.
+		a.req = *req.WithContext(&a.ctx)
+	} else {
+		a.req = *req
+	}
 	a.url.Host = b.ID()
 	if a.url.Scheme == "" {
 		a.url.Scheme = "http"
@@ -503,11 +509,10 @@ func (t *Transport) launch(ctx context.Context, b balancer.Backend, a *attempt, 
 			}
 		}
 		g.start(ctx, d, why)
-		a.ctx = attemptCtx{own: g.own, caller: ctx}
+		a.ctx = attemptCtx{own: g.own, caller: ctx} // a.req's context since attempt made it
 		if d > 0 {
 			a.ctx.deadline = start.Add(d)
 		}
-		a.req = *a.req.WithContext(&a.ctx)
 	}
 	ans.resp, ans.fail, ans.err = t.send(b, &a.req)
 	if g == nil {

@@ -695,24 +695,31 @@ func TestTimeoutIsFailure(t *testing.T) {
 }
 
 // cannedRequest returns a function sending one GET through a Transport
-// over a base that answers at once without allocating, and reading the
-// body to its end: what remains is the Transport's own cost.
-func cannedRequest(tb testing.TB) func() {
+// built from cfg, over a base that answers at once without allocating,
+// and reading the body to its end: what remains is the Transport's own
+// cost. With cancellable, the request's context can be cancelled, as a
+// proxied request's is.
+func cannedRequest(tb testing.TB, cfg lbhttp.Config, cancellable bool) func() {
 	p := &scripted{}
 	require.NoError(tb, p.Update(balancer.Endpoints("10.0.0.1:80")))
 	resp := &http.Response{StatusCode: 200}
 	body := &fakeBody{}
 	rd := strings.NewReader("")
-	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	cfg.Base = roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		rd.Reset("hello")
 		body.r = rd
 		resp.Body = body
 		return resp, nil
 	})
-	tr, err := lbhttp.NewTransport(p, lbhttp.Config{Base: base})
+	tr, err := lbhttp.NewTransport(p, cfg)
 	require.NoError(tb, err)
 	req, err := http.NewRequest("GET", "http://svc/", nil)
 	require.NoError(tb, err)
+	if cancellable {
+		ctx, cancel := context.WithCancel(context.Background())
+		tb.Cleanup(cancel)
+		req = req.WithContext(ctx)
+	}
 	buf := make([]byte, 16)
 	return func() {
 		r, err := tr.RoundTrip(req)
@@ -728,25 +735,61 @@ func cannedRequest(tb testing.TB) func() {
 	}
 }
 
-// TestAllocs measures what the Transport adds to a request, with its
-// default timeouts and budget on: one allocation (the attempt: request
-// copy, URL, context, body wrapper). The guard that bounds the attempt
-// in time (its context, its timer) is reused from request to request.
+// off is a Config with lbhttp's timeouts and budget off: the Transport as
+// it was before them.
+var off = lbhttp.Config{AttemptTimeout: -1, RequestTimeout: -1, IdleTimeout: -1, NoBudget: true}
+
+// TestAllocs measures what the Transport adds to a request: one
+// allocation (the attempt: request copy, URL, context, body wrapper),
+// with its default timeouts and budget on or off; the guard that bounds
+// the attempt in time (its context, its timer) is reused from request to
+// request. A request whose context can be cancelled (a proxied one, say)
+// adds the two allocations of the context.AfterFunc that passes its
+// cancellation on to the guard.
 func TestAllocs(t *testing.T) {
-	got := testing.AllocsPerRun(1000, cannedRequest(t))
-	if raceEnabled {
-		assert.LessOrEqual(t, got, 4.0, "under -race, with sync.Pool dropping guards now and then")
-		return
+	tests := []struct {
+		name        string
+		cfg         lbhttp.Config
+		cancellable bool
+		want        float64
+	}{
+		{"defaults", lbhttp.Config{}, false, 1},
+		{"timeouts and budget off", off, false, 1},
+		{"defaults, a context that can be cancelled", lbhttp.Config{}, true, 3},
+		{"off, a context that can be cancelled", off, true, 1},
 	}
-	assert.Equal(t, 1.0, got)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := testing.AllocsPerRun(1000, cannedRequest(t, tt.cfg, tt.cancellable))
+			if raceEnabled {
+				assert.LessOrEqual(t, got, tt.want+3, "under -race, with sync.Pool dropping guards now and then")
+				return
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
 }
 
-// BenchmarkRoundTrip is the Transport's own cost per request.
+// BenchmarkRoundTrip is the Transport's own cost per request, by what is
+// on and whether the request's context can be cancelled.
 func BenchmarkRoundTrip(b *testing.B) {
-	do := cannedRequest(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		do()
+	for _, bc := range []struct {
+		name        string
+		cfg         lbhttp.Config
+		cancellable bool
+	}{
+		{"timeouts=off/ctx=background", off, false},
+		{"timeouts=on/ctx=background", lbhttp.Config{}, false},
+		{"timeouts=off/ctx=cancellable", off, true},
+		{"timeouts=on/ctx=cancellable", lbhttp.Config{}, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			do := cannedRequest(b, bc.cfg, bc.cancellable)
+			b.ReportAllocs()
+			for b.Loop() {
+				do()
+			}
+		})
 	}
 }
 
