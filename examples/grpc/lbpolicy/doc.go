@@ -66,9 +66,8 @@
 //     (lbkit-grpc-demo -eject). In the demo, with a 300 ms deadline, 16
 //     callers and one of three servers stalled a third of the way through
 //     6,000 RPCs (one run each), round robin failed 1,329 RPCs and took
-//     26 s; with
-//     -eject, 17 and 1.3 s; least connections failed 24 (10 with -eject),
-//     lrt 4.
+//     26 s; with -eject, 17 and 1.3 s. Least connections failed 24 (10
+//     with -eject), lrt 4.
 //
 // # Policies
 //
