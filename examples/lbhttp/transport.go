@@ -270,7 +270,7 @@ func NewTransport(p balancer.Picker, cfg Config) (*Transport, error) {
 	if cfg.HedgePercentile != 0 {
 		var err error
 		if t.sketch, err = NewPercentile(cfg.HedgePercentile); err != nil {
-			return nil, fmt.Errorf("lbhttp: HedgePercentile: %w", err)
+			return nil, fmt.Errorf("lbhttp: HedgePercentile %v is not between 0 and 100", cfg.HedgePercentile)
 		}
 	}
 	if cfg.NoBudget {

@@ -556,6 +556,9 @@ func TestNewTransportErrors(t *testing.T) {
 		{"nil picker", nil, lbhttp.Config{}, "lbhttp: nil picker"},
 		{"negative attempts", &scripted{}, lbhttp.Config{MaxAttempts: -1}, "lbhttp: MaxAttempts -1 is negative"},
 		{"bad scheme", &scripted{}, lbhttp.Config{Scheme: "ftp"}, `lbhttp: Scheme "ftp" is neither http nor https`},
+		{"negative hedge delay", &scripted{}, lbhttp.Config{HedgeAfter: -time.Millisecond}, "lbhttp: HedgeAfter -1ms is negative"},
+		{"hedge percentile 100", &scripted{}, lbhttp.Config{HedgePercentile: 100}, "lbhttp: HedgePercentile 100 is not between 0 and 100"},
+		{"negative hedge percentile", &scripted{}, lbhttp.Config{HedgePercentile: -5}, "lbhttp: HedgePercentile -5 is not between 0 and 100"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
