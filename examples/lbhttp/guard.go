@@ -160,7 +160,7 @@ func (g *guard) stream(rb *respBody, idle time.Duration) {
 // end ends the attempt for why, the first time only, and reports whether
 // this call did.
 func (g *guard) end(why int32) bool {
-	if !g.ended.CompareAndSwap(0, why) {
+	if why == 0 || !g.ended.CompareAndSwap(0, why) {
 		return false
 	}
 	if why == endCaller {

@@ -519,12 +519,17 @@ func (t *Transport) launch(ctx context.Context, b balancer.Backend, a *attempt, 
 		return ans
 	}
 	if ans.err == nil && !g.headers() {
-		// The guard ended the attempt as the headers came: the end
-		// stands, and the body it cut off is of no use.
+		// The guard's timer fired as the headers came, or something else
+		// ended the attempt: the end stands, and the body it cut off is
+		// of no use. The timer's function may not have run yet: ending
+		// the attempt here makes its end the one that counts.
 		ans.resp.Body.Close()
-		ans.resp, ans.fail, ans.err = nil, nil, context.Cause(&a.ctx)
-	}
-	if ans.err != nil {
+		ans.resp, ans.fail = nil, nil
+		g.end(g.first.Load())
+		if ans.err = g.cause(); ans.err == nil {
+			ans.err = context.Cause(ctx) // the caller ended it
+		}
+	} else if ans.err != nil {
 		if c := g.cause(); c != nil {
 			ans.err = c
 		}
