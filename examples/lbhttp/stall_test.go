@@ -104,8 +104,10 @@ type call struct {
 // TestStall is issue 16's test of the timeouts: four loopback backends,
 // one of which accepts every request and stalls it, before its headers or
 // in the middle of its body; health's passive checks only (no probes);
-// 50 clients, each from its own address, sending GETs back to back for a
-// second; an attempt timeout and an idle timeout of 200 ms.
+// 50 clients, each from its own address, sending GETs back to back for
+// 1.2 s; an attempt timeout and an idle timeout of 400 ms (short enough
+// for the test, long enough that a healthy backend's answer, 1 ms, does
+// not reach it on a busy machine under -race).
 // For every algorithm:
 //
 //   - no client waits longer than the attempt timeout times MaxAttempts
@@ -128,8 +130,8 @@ type call struct {
 func TestStall(t *testing.T) {
 	const (
 		clients  = 50
-		timeout  = 200 * time.Millisecond
-		runFor   = time.Second
+		timeout  = 400 * time.Millisecond
+		runFor   = 1200 * time.Millisecond
 		attempts = lbhttp.DefaultMaxAttempts
 	)
 	for _, kind := range []string{"headers", "body"} {
