@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/examples/lbhttp"
@@ -176,4 +177,61 @@ func ExampleRefresher() {
 	fmt.Println(r.Addrs())
 	// Output:
 	// [10.0.0.1:8080 10.0.0.2:8080 [2001:db8::1]:8080]
+}
+
+// A Budget in virtual time, as a simulator drives it: 100 requests earn
+// 20 retries at the default share, on top of the minimum of 10 a second
+// over the 10 s window; the 121st retry is refused.
+func ExampleBudget() {
+	b, err := lbhttp.NewBudget(lbhttp.BudgetConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for range 100 {
+		b.Request(now)
+	}
+	allowed := 0
+	for b.Retry(now) {
+		allowed++
+	}
+	fmt.Println("retries allowed:", allowed)
+	// Ten seconds later, the window holds none of them.
+	fmt.Println("a window later:", b.Retry(now.Add(10*time.Second)))
+	// Output:
+	// retries allowed: 120
+	// a window later: true
+}
+
+// A Percentile fed a stream of latencies: the estimate errs long, by at
+// most an eighth.
+func ExamplePercentile() {
+	p95, err := lbhttp.NewPercentile(95)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := range 1000 {
+		p95.Observe(time.Duration(1+i%100) * time.Millisecond) // 1 to 100 ms, evenly
+	}
+	d, ok := p95.Value()
+	fmt.Println(ok, d.Round(time.Millisecond))
+	// Output:
+	// true 101ms
+}
+
+// Hedging, on top of the default timeouts and budget: a request still
+// waiting at the 95th percentile of recent latencies gets a second
+// attempt on another backend. A fixed delay would be HedgeAfter.
+func ExampleConfig_hedging() {
+	p := rr.New()
+	if err := p.Update(balancer.Endpoints("10.0.0.1:8080", "10.0.0.2:8080")); err != nil {
+		log.Fatal(err)
+	}
+	_, err := lbhttp.NewProxy(p, lbhttp.Config{HedgePercentile: 95})
+	fmt.Println(err)
+	_, err = lbhttp.NewProxy(p, lbhttp.Config{HedgePercentile: 100})
+	fmt.Println(err)
+	// Output:
+	// <nil>
+	// lbhttp: HedgePercentile 100 is not between 0 and 100
 }

@@ -21,8 +21,9 @@ import (
 //     earlier X-Forwarded-For hops only when the peer is a trusted proxy;
 //     and it sets the outgoing Host header to the backend's address, as
 //     ProxyRequest.SetURL does.
-//   - Transport is NewTransport(p, cfg): picks, retries, and Done when the
-//     body has been copied to the client. One difference: the body of a
+//   - Transport is NewTransport(p, cfg): picks, timeouts, retries within
+//     the budget, hedges if asked, and Done when the body has been copied
+//     to the client. One difference: the body of a
 //     101 Switching Protocols response is also closed when the incoming
 //     request's context ends, as ReverseProxy itself does once it has
 //     hijacked the client's connection, so that a session it cannot

@@ -286,7 +286,7 @@ func TestTransportPassesLoad(t *testing.T) {
 // A response without a report costs the attempt nothing more: the
 // Transport's one allocation per attempt stays one.
 func TestTransportLoadAllocs(t *testing.T) {
-	do := cannedRequest(t)
+	do := cannedRequest(t, lbhttp.Config{}, false)
 	assert.Equal(t, 1.0, testing.AllocsPerRun(200, do))
 }
 

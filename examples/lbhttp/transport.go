@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,6 +22,23 @@ import (
 // DefaultMaxAttempts is how many backends a request is tried on when
 // Config.MaxAttempts is zero: the first pick and two retries.
 const DefaultMaxAttempts = 3
+
+// Defaults of the timeouts, for the zero fields of Config. None comes near
+// a healthy backend of the study lbkit grew out of (answers in 50 to 500
+// ms); each bounds what a stalled one costs.
+const (
+	// DefaultAttemptTimeout is ten times the slowest of those backends,
+	// and a third of DefaultRequestTimeout, so that the three attempts of
+	// DefaultMaxAttempts fit in it: Envoy's per_try_timeout, which falls
+	// back to the route's 15 s when unset, and HAProxy's timeout server,
+	// which has no default and which its documentation sets in seconds.
+	DefaultAttemptTimeout = 5 * time.Second
+	// DefaultRequestTimeout is Envoy's route timeout.
+	DefaultRequestTimeout = 15 * time.Second
+	// DefaultIdleTimeout is nginx's proxy_read_timeout: the longest a
+	// backend may leave a reader of its response waiting.
+	DefaultIdleTimeout = 60 * time.Second
+)
 
 // DefaultMaxIdleConnsPerHost is the idle keep-alive connections NewBase
 // keeps per backend. Go's default is 2: a proxy with more than two
@@ -65,8 +83,60 @@ type Config struct {
 	Classify func(*http.Response) error
 
 	// MaxAttempts bounds how many backends one request is tried on,
-	// counting the first. Zero: DefaultMaxAttempts. One: no retries.
+	// counting the first and any hedge. Zero: DefaultMaxAttempts. One: no
+	// retries and no hedges.
 	MaxAttempts int
+
+	// AttemptTimeout bounds each attempt, from the moment it is sent to
+	// its response headers. An attempt that reaches it is cancelled and
+	// fails with ErrAttemptTimeout, a failure of that backend (a gateway
+	// timeout): health counts it towards an ejection, lrt takes it as a
+	// latency sample, and an idempotent request is tried again on another
+	// backend. Zero: DefaultAttemptTimeout (5 s). Negative: none.
+	AttemptTimeout time.Duration
+	// RequestTimeout bounds a request from the start of RoundTrip to its
+	// response headers, over every attempt and hedge: the attempt in
+	// flight when it passes fails with ErrRequestTimeout, and no other
+	// starts. The request's own context may end it sooner. Zero:
+	// DefaultRequestTimeout (15 s). Negative: none.
+	RequestTimeout time.Duration
+	// IdleTimeout bounds how long a read of a response body may wait for
+	// the backend to send something: past it, the read fails with
+	// ErrIdleTimeout, a failure of that backend. Only time spent waiting
+	// in Read counts, not the time a slow reader takes between reads. It
+	// does not apply to a 101 Switching Protocols session. Zero:
+	// DefaultIdleTimeout (60 s). Negative: none.
+	IdleTimeout time.Duration
+
+	// Budget bounds the retries and hedges: when it says no, a request
+	// fails with its last error at once rather than adding load to
+	// backends that are already failing. Share one Budget between
+	// Transports to give them one limit. Nil: a Budget of the Transport's
+	// own with the defaults of BudgetConfig (20% of requests plus 10
+	// retries a second, over 10 s), unless NoBudget is set.
+	Budget *Budget
+	// NoBudget turns the budget off: MaxAttempts alone bounds retries and
+	// hedges.
+	NoBudget bool
+	// RetryOn says whether a response is worth trying again on another
+	// backend, for a request that may be sent twice (see the package
+	// documentation); its body is then closed and its attempt reported
+	// as Classify judged it. It must not read or close the body. Nil:
+	// DefaultRetryOn, a 503 Service Unavailable.
+	RetryOn func(*http.Response) bool
+
+	// HedgeAfter, when positive, turns hedging on: a request that may be
+	// sent twice and has not had its response headers this long after its
+	// first attempt started gets a second attempt on another backend, and
+	// the first usable answer wins. With HedgePercentile set, it is the
+	// least delay instead. Zero: no hedging unless HedgePercentile is set.
+	HedgeAfter time.Duration
+	// HedgePercentile, when positive, turns hedging on with a delay that
+	// follows the backends: that percentile of the latencies to response
+	// headers of recent attempts (95: "The Tail at Scale"), and no hedge
+	// until PercentileMinSamples attempts have answered. It must be below
+	// 100. Zero: the fixed HedgeAfter, if set.
+	HedgePercentile float64
 
 	// Scheme is the scheme NewProxy sends to backends with, "http" or
 	// "https". Empty: "http". A Transport keeps the request's scheme and
@@ -87,6 +157,15 @@ type StatusError struct {
 // Unavailable".
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("lbhttp: backend answered %d %s", e.Code, http.StatusText(e.Code))
+}
+
+// DefaultRetryOn is the RetryOn of a Config that sets none: it retries a
+// 503 Service Unavailable, which a backend answers when it cannot take
+// the request now (overloaded, starting or stopping), as gRPC retries
+// UNAVAILABLE and as Envoy's retriable-status-codes and nginx's
+// proxy_next_upstream http_503 can be set to.
+func DefaultRetryOn(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusServiceUnavailable
 }
 
 // DefaultClassify counts a response with a 5xx status as a failure,
@@ -136,16 +215,30 @@ type Transport struct {
 	base     http.RoundTripper
 	key      KeyFunc
 	classify func(*http.Response) error
+	retryOn  func(*http.Response) bool
 	attempts int
 	proxied  bool // made by NewProxy: an upgraded body closes when the request's context ends
+
+	attemptTimeout time.Duration // 0: none (a negative Config value)
+	requestTimeout time.Duration
+	idleTimeout    time.Duration
+	guarded        bool    // a timeout or hedging is on: attempts run under a guard
+	budget         *Budget // nil: no budget
+	hedgeAfter     time.Duration
+	sketch         *Percentile // HedgePercentile's; nil for a fixed delay
+	hedging        bool
+	epoch          time.Time // nanotime's origin
+
+	guards sync.Pool // of *guard
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
 
 // NewTransport returns a Transport picking backends from p. The backends'
 // IDs are their host:port addresses, as with balancer.Endpoint. It returns
-// an error for a nil picker, a negative MaxAttempts or a Scheme other than
-// "", "http" and "https".
+// an error for a nil picker, a negative MaxAttempts or HedgeAfter, a
+// HedgePercentile outside [0, 100), or a Scheme other than "", "http" and
+// "https".
 func NewTransport(p balancer.Picker, cfg Config) (*Transport, error) {
 	if p == nil {
 		return nil, errors.New("lbhttp: nil picker")
@@ -156,13 +249,37 @@ func NewTransport(p balancer.Picker, cfg Config) (*Transport, error) {
 	if cfg.Scheme != "" && cfg.Scheme != "http" && cfg.Scheme != "https" {
 		return nil, fmt.Errorf("lbhttp: Scheme %q is neither http nor https", cfg.Scheme)
 	}
+	if cfg.HedgeAfter < 0 {
+		return nil, fmt.Errorf("lbhttp: HedgeAfter %v is negative", cfg.HedgeAfter)
+	}
 	t := &Transport{
-		picker:   p,
-		feedback: cfg.Feedback,
-		base:     cfg.Base,
-		key:      cfg.Key,
-		classify: cfg.Classify,
-		attempts: cfg.MaxAttempts,
+		picker:         p,
+		feedback:       cfg.Feedback,
+		base:           cfg.Base,
+		key:            cfg.Key,
+		classify:       cfg.Classify,
+		retryOn:        cfg.RetryOn,
+		attempts:       cfg.MaxAttempts,
+		attemptTimeout: timeout(cfg.AttemptTimeout, DefaultAttemptTimeout),
+		requestTimeout: timeout(cfg.RequestTimeout, DefaultRequestTimeout),
+		idleTimeout:    timeout(cfg.IdleTimeout, DefaultIdleTimeout),
+		budget:         cfg.Budget,
+		hedgeAfter:     cfg.HedgeAfter,
+		epoch:          time.Now(),
+	}
+	if cfg.HedgePercentile != 0 {
+		var err error
+		if t.sketch, err = NewPercentile(cfg.HedgePercentile); err != nil {
+			return nil, fmt.Errorf("lbhttp: HedgePercentile %v is not between 0 and 100", cfg.HedgePercentile)
+		}
+	}
+	if cfg.NoBudget {
+		t.budget = nil
+	} else if t.budget == nil {
+		t.budget, _ = NewBudget(BudgetConfig{}) // the defaults are valid
+	}
+	if t.retryOn == nil {
+		t.retryOn = DefaultRetryOn
 	}
 	if t.feedback == nil {
 		if fb, ok := p.(balancer.Feedback); ok {
@@ -180,7 +297,21 @@ func NewTransport(p balancer.Picker, cfg Config) (*Transport, error) {
 	if t.attempts == 0 {
 		t.attempts = DefaultMaxAttempts
 	}
+	t.hedging = (t.hedgeAfter > 0 || t.sketch != nil) && t.attempts > 1
+	t.guarded = t.attemptTimeout > 0 || t.requestTimeout > 0 || t.idleTimeout > 0 || t.hedging
 	return t, nil
+}
+
+// timeout returns the timeout a Config field asks for: def for zero, none
+// (0) for a negative value.
+func timeout(v, def time.Duration) time.Duration {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 type nopFeedback struct{}
@@ -190,10 +321,12 @@ func (nopFeedback) Done(balancer.Backend, balancer.Result) {}
 // attempt is everything one try of a request needs, allocated together so
 // that a try costs one allocation: the shallow copy of the request sent to
 // the backend, its URL (the request's, with the backend's address as
-// host), and the wrapper of its response body.
+// host), the context it is sent with when a guard bounds it, and the
+// wrapper of its response body.
 type attempt struct {
 	req  http.Request
 	url  url.URL
+	ctx  attemptCtx
 	body upgradeBody
 }
 
@@ -226,12 +359,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		defer held.release()
 	}
 	idempotent := isIdempotent(req)
+	// Sent twice if need be: a retry after the backend saw the request,
+	// or a hedge.
+	twice := idempotent && held == nil
+	hedge := t.hedging && twice && upgradeType(req.Header) == ""
 
+	now := time.Now()
+	if t.budget != nil {
+		t.budget.Request(now)
+	}
+	var deadline time.Time
+	if t.requestTimeout > 0 {
+		deadline = now.Add(t.requestTimeout)
+	}
 	var lastErr error
 	avoid := ""
-	for n := 0; n < t.attempts; n++ {
-		if n > 0 && ctx.Err() != nil {
-			break // the caller gave up: no more attempts, lastErr stands
+	for n := 0; n < t.attempts; {
+		if n > 0 {
+			now = time.Now()
 		}
 		b, err := t.picker.Pick(balancer.Request{Key: key, Attempt: n, Avoid: avoid})
 		if err == nil && b == nil {
@@ -249,34 +394,37 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			break
 		}
-		a := &attempt{req: *req, url: *req.URL}
-		a.url.Host = b.ID()
-		if a.url.Scheme == "" {
-			a.url.Scheme = "http"
+		a, err := t.attempt(req, b, n, held)
+		if err != nil {
+			t.feedback.Done(b, balancer.Result{Err: balancer.ErrAbandoned}) // never sent
+			return nil, err
 		}
-		a.req.URL = &a.url
-		switch {
-		case held != nil:
-			// A retry only follows an attempt that never read the body
-			// and whose Close came back synchronously with its error:
-			// the hold starts afresh.
-			held.state.Store(heldOpen)
-			a.req.Body = held
-			held.sent = true
-		case hasBody && n > 0:
-			body, err := req.GetBody()
-			if err != nil {
-				return nil, fmt.Errorf("lbhttp: replaying the request body: %w", err)
+		var resp *http.Response
+		if hedge && n+1 < t.attempts {
+			var tried int
+			resp, b, tried, err = t.race(ctx, req, key, n, b, a, now, deadline)
+			n += tried
+		} else {
+			var g *guard
+			if t.guarded {
+				g = t.newGuard()
 			}
-			a.req.Body = body
+			resp, err = t.settle(ctx, t.launch(ctx, b, a, g, now, deadline))
+			n++
 		}
-
-		resp, err := t.try(ctx, b, a)
 		if err != nil {
 			lastErr = err
-			if !t.retryable(err, idempotent, held) {
+			if !t.retryable(err, idempotent, held) || !t.again(ctx, n, deadline) {
 				break
 			}
+			avoid = b.ID()
+			continue
+		}
+		if twice && t.retryOn(resp) && t.again(ctx, n, deadline) {
+			// A backend that could not take the request now: another
+			// may. Closing the body reports the attempt.
+			resp.Body.Close()
+			lastErr = fmt.Errorf("lbhttp: backend %s answered %d %s", b.ID(), resp.StatusCode, http.StatusText(resp.StatusCode))
 			avoid = b.ID()
 			continue
 		}
@@ -285,18 +433,130 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return nil, lastErr
 }
 
-// try sends attempt a to backend b and arranges its Done: at once for an
-// attempt that gets no response, a 101 Switching Protocols it refuses, or
-// a response without a body; otherwise when the body it returns ends. An
-// error means the attempt failed and its Done is reported.
-func (t *Transport) try(ctx context.Context, b balancer.Backend, a *attempt) (*http.Response, error) {
-	start := time.Now()
-	resp, fail, err := t.send(b, &a.req)
-	if err != nil {
-		t.feedback.Done(b, failure(ctx, err, time.Since(start)))
-		return nil, err
+// again reports whether attempt n (counting from 0) may start: one is
+// left, the caller is still waiting, the request timeout has not passed,
+// and the budget allows it, which then counts it.
+func (t *Transport) again(ctx context.Context, n int, deadline time.Time) bool {
+	if n >= t.attempts || ctx.Err() != nil {
+		return false
 	}
+	now := time.Now()
+	if !deadline.IsZero() && !now.Before(deadline) {
+		return false
+	}
+	return t.budget == nil || t.budget.Retry(now)
+}
+
+// attempt builds the n-th attempt of req, to backend b: the request's
+// copy, its URL with b's address, and its body: the held one, the
+// request's own for the first attempt, a fresh copy from GetBody for the
+// others.
+func (t *Transport) attempt(req *http.Request, b balancer.Backend, n int, held *heldBody) (*attempt, error) {
+	a := &attempt{url: *req.URL}
+	if t.guarded {
+		// Sent with the attempt's own context, which launch fills in.
+		a.req = *req.WithContext(&a.ctx)
+	} else {
+		a.req = *req
+	}
+	a.url.Host = b.ID()
+	if a.url.Scheme == "" {
+		a.url.Scheme = "http"
+	}
+	a.req.URL = &a.url
+	switch {
+	case held != nil:
+		// A retry only follows an attempt that never read the body
+		// and whose Close came back synchronously with its error:
+		// the hold starts afresh.
+		held.state.Store(heldOpen)
+		a.req.Body = held
+		held.sent = true
+	case n > 0 && req.Body != nil && req.Body != http.NoBody:
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("lbhttp: replaying the request body: %w", err)
+		}
+		a.req.Body = body
+	}
+	return a, nil
+}
+
+// answer is an attempt that has been sent and has its response headers,
+// or its error, but has not yet been settled: no Done reported, its body
+// not wrapped.
+type answer struct {
+	b     balancer.Backend
+	a     *attempt
+	g     *guard // nil when no guard bounds the attempt
+	start time.Time
+	resp  *http.Response
+	fail  error // Classify's verdict on resp
+	err   error
+}
+
+// launch sends attempt a to backend b, under guard g if not nil: the
+// attempt timeout, or what is left before deadline if that is sooner,
+// and the end of ctx cancel it. An attempt its guard ended gets the
+// guard's error, whatever the base transport returned.
+func (t *Transport) launch(ctx context.Context, b balancer.Backend, a *attempt, g *guard, start, deadline time.Time) answer {
+	ans := answer{b: b, a: a, g: g, start: start}
+	if g != nil {
+		d, why := t.attemptTimeout, int32(endAttempt)
+		if !deadline.IsZero() {
+			if left := deadline.Sub(start); d <= 0 || left < d {
+				d, why = max(left, 1), endRequest
+			}
+		}
+		g.start(ctx, d, why)
+		a.ctx = attemptCtx{own: g.own, caller: ctx} // a.req's context since attempt made it
+		if d > 0 {
+			a.ctx.deadline = start.Add(d)
+		}
+	}
+	ans.resp, ans.fail, ans.err = t.send(b, &a.req)
+	if g == nil {
+		return ans
+	}
+	if ans.err == nil && !g.headers() {
+		// The guard's timer fired as the headers came, or something else
+		// ended the attempt: the end stands, and the body it cut off is
+		// of no use. The timer's function may not have run yet: ending
+		// the attempt here makes its end the one that counts.
+		ans.resp.Body.Close()
+		ans.resp, ans.fail = nil, nil
+		g.end(g.first.Load())
+		if ans.err = g.cause(); ans.err == nil {
+			ans.err = context.Cause(ctx) // the caller ended it
+		}
+	} else if ans.err != nil {
+		if c := g.cause(); c != nil {
+			ans.err = c
+		}
+	}
+	if t.sketch != nil {
+		t.observe(ans)
+	}
+	return ans
+}
+
+// settle reports ans to the feedback, at once for an attempt that got no
+// response, a 101 Switching Protocols it refuses, or a response without a
+// body, and otherwise arranges for its body to report when it ends; and it
+// releases the attempt's guard once it has no more use. It returns the
+// response for the caller, or the attempt's error.
+func (t *Transport) settle(ctx context.Context, ans answer) (*http.Response, error) {
+	b, a, g, start := ans.b, ans.a, ans.g, ans.start
+	if ans.err != nil {
+		t.feedback.Done(b, t.failure(ctx, g, ans.err, time.Since(start)))
+		g.release()
+		return nil, ans.err
+	}
+	resp, fail := ans.resp, ans.fail
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The guard has no more to do: the connection now belongs to
+		// whoever reads the body.
+		g.release()
 		if err := checkUpgrade(&a.req, resp); err != nil {
 			// ReverseProxy would drop this response without closing
 			// it: its connection and its Done would be lost.
@@ -322,12 +582,29 @@ func (t *Transport) try(ctx context.Context, b balancer.Backend, a *attempt) (*h
 		// Nothing more will come, and callers close such a body unread:
 		// the attempt is over.
 		t.feedback.Done(b, balancer.Result{Latency: time.Since(start), Err: fail, Load: loadOf(resp.Header)})
+		g.release()
 		return resp, nil
 	}
 	rb := &a.body.respBody
-	*rb = respBody{rc: resp.Body, t: t, b: b, ctx: ctx, start: start, fail: fail, load: reportOf(resp.Header)}
+	*rb = respBody{rc: resp.Body, t: t, b: b, ctx: ctx, start: start, fail: fail, load: reportOf(resp.Header), g: g}
+	if g != nil && t.idleTimeout > 0 {
+		g.stream(rb, t.idleTimeout)
+	}
 	resp.Body = rb
 	return resp, nil
+}
+
+// observe feeds the hedge delay's Percentile with ans's latency to its
+// response headers, when it says how long backends take: a usable
+// answer, or an attempt still waiting when it timed out or another
+// attempt beat it (its latency is at least that: leaving it out would
+// pull the percentile down, and hedge more).
+func (t *Transport) observe(ans answer) {
+	switch {
+	case ans.err == nil && ans.fail == nil,
+		errors.Is(ans.err, ErrAttemptTimeout), errors.Is(ans.err, ErrRequestTimeout), ans.err == errHedgeLost:
+		t.sketch.Observe(time.Since(ans.start))
+	}
 }
 
 // errPanicked is the Result.Err of an attempt whose base transport or
@@ -475,12 +752,37 @@ func isIdempotent(req *http.Request) bool {
 	return k1 || k2
 }
 
-// failure is the Result of an attempt that got no response.
-func failure(ctx context.Context, err error, d time.Duration) balancer.Result {
-	if errors.Is(err, context.Canceled) {
-		return balancer.Result{Err: err}
+// failure is the Result of an attempt, bounded by guard g if not nil,
+// that failed with err after d and got no response:
+//
+//   - one its guard ended: a timeout is a failure with latency d, a lost
+//     race is abandoned unless it had outlived the attempt timeout;
+//   - one the caller gave up on (context.Canceled, or another error once
+//     the caller's context is cancelled) is abandoned, unless the caller
+//     had waited longer than the attempt timeout: then it was as slow as
+//     a timeout, and counts as one;
+//   - anything else, a request deadline of the caller's included, is a
+//     failure with latency d.
+func (t *Transport) failure(ctx context.Context, g *guard, err error, d time.Duration) balancer.Result {
+	if g != nil {
+		switch c := g.cause(); c {
+		case nil:
+		case errHedgeLost:
+			if t.attemptTimeout > 0 && d >= t.attemptTimeout {
+				return balancer.Result{Latency: d, Err: ErrAttemptTimeout}
+			}
+			return balancer.Result{Err: c}
+		default:
+			return balancer.Result{Latency: d, Err: c}
+		}
 	}
-	if errors.Is(ctx.Err(), context.Canceled) {
+	gaveUp := errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled)
+	switch {
+	case gaveUp && t.attemptTimeout > 0 && d >= t.attemptTimeout:
+		return balancer.Result{Latency: d, Err: ErrAttemptTimeout}
+	case errors.Is(err, context.Canceled):
+		return balancer.Result{Err: err}
+	case gaveUp:
 		// The caller's cancellation surfaced as another error ("net/http:
 		// request canceled"): still not the backend's fault.
 		return balancer.Result{Err: balancer.ErrAbandoned}
@@ -504,13 +806,29 @@ type respBody struct {
 	start    time.Time
 	fail     error          // Classify's verdict on the status, nil for a success
 	load     *balancer.Load // the backend's report (see LoadOf), or nil
+	g        *guard         // the attempt's, until finish releases it; nil if none
 	upgraded bool
 	done     atomic.Bool
+	waiting  atomic.Int64 // the Transport's nanotime when the Read in progress began; 0 if none
 }
 
 func (r *respBody) Read(p []byte) (int, error) {
+	if r.g == nil {
+		n, err := r.rc.Read(p)
+		if err != nil {
+			r.finish(err)
+		}
+		return n, err
+	}
+	r.waiting.Store(r.t.nanotime())
 	n, err := r.rc.Read(p)
-	if err != nil {
+	r.waiting.Store(0)
+	if err != nil && !r.done.Load() {
+		// The guard is still this body's: if it ended the attempt,
+		// its reason is the error, not the cancellation it caused.
+		if c := r.g.cause(); c != nil {
+			err = c
+		}
 		r.finish(err)
 	}
 	return n, err
@@ -531,6 +849,8 @@ func (r *respBody) finish(err error) {
 	switch {
 	case r.upgraded:
 		// Result{}: nothing measured, not a failure.
+	case err == ErrIdleTimeout:
+		res = balancer.Result{Latency: time.Since(r.start), Err: err}
 	case err == io.EOF || r.fail != nil:
 		// The whole body arrived, or the status already said failure.
 		res = balancer.Result{Latency: time.Since(r.start), Err: r.fail}
@@ -545,6 +865,7 @@ func (r *respBody) finish(err error) {
 		res.Load = *r.load
 	}
 	r.t.feedback.Done(r.b, res)
+	r.g.release()
 }
 
 // upgradeBody is a respBody that can also be written to, for the body of

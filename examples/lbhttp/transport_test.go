@@ -91,12 +91,12 @@ func TestDoneWhenBodyEnds(t *testing.T) {
 			},
 		},
 		{
-			name: "5xx read to EOF", status: 503,
+			name: "5xx read to EOF", status: 502, // a 503 would be retried (TestRetryOn)
 			finish: func(b io.ReadCloser) { _, _ = io.ReadAll(b); _ = b.Close() },
 			check: func(t *testing.T, r balancer.Result) {
 				var se *lbhttp.StatusError
 				require.ErrorAs(t, r.Err, &se)
-				assert.Equal(t, 503, se.Code)
+				assert.Equal(t, 502, se.Code)
 				assert.False(t, r.Abandoned())
 			},
 		},
@@ -556,6 +556,9 @@ func TestNewTransportErrors(t *testing.T) {
 		{"nil picker", nil, lbhttp.Config{}, "lbhttp: nil picker"},
 		{"negative attempts", &scripted{}, lbhttp.Config{MaxAttempts: -1}, "lbhttp: MaxAttempts -1 is negative"},
 		{"bad scheme", &scripted{}, lbhttp.Config{Scheme: "ftp"}, `lbhttp: Scheme "ftp" is neither http nor https`},
+		{"negative hedge delay", &scripted{}, lbhttp.Config{HedgeAfter: -time.Millisecond}, "lbhttp: HedgeAfter -1ms is negative"},
+		{"hedge percentile 100", &scripted{}, lbhttp.Config{HedgePercentile: 100}, "lbhttp: HedgePercentile 100 is not between 0 and 100"},
+		{"negative hedge percentile", &scripted{}, lbhttp.Config{HedgePercentile: -5}, "lbhttp: HedgePercentile -5 is not between 0 and 100"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -695,24 +698,31 @@ func TestTimeoutIsFailure(t *testing.T) {
 }
 
 // cannedRequest returns a function sending one GET through a Transport
-// over a base that answers at once without allocating, and reading the
-// body to its end: what remains is the Transport's own cost.
-func cannedRequest(tb testing.TB) func() {
+// built from cfg, over a base that answers at once without allocating,
+// and reading the body to its end: what remains is the Transport's own
+// cost. With cancellable, the request's context can be cancelled, as a
+// proxied request's is.
+func cannedRequest(tb testing.TB, cfg lbhttp.Config, cancellable bool) func() {
 	p := &scripted{}
 	require.NoError(tb, p.Update(balancer.Endpoints("10.0.0.1:80")))
 	resp := &http.Response{StatusCode: 200}
 	body := &fakeBody{}
 	rd := strings.NewReader("")
-	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	cfg.Base = roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		rd.Reset("hello")
 		body.r = rd
 		resp.Body = body
 		return resp, nil
 	})
-	tr, err := lbhttp.NewTransport(p, lbhttp.Config{Base: base})
+	tr, err := lbhttp.NewTransport(p, cfg)
 	require.NoError(tb, err)
 	req, err := http.NewRequest("GET", "http://svc/", nil)
 	require.NoError(tb, err)
+	if cancellable {
+		ctx, cancel := context.WithCancel(context.Background())
+		tb.Cleanup(cancel)
+		req = req.WithContext(ctx)
+	}
 	buf := make([]byte, 16)
 	return func() {
 		r, err := tr.RoundTrip(req)
@@ -728,18 +738,61 @@ func cannedRequest(tb testing.TB) func() {
 	}
 }
 
-// TestAllocs measures what the Transport adds to a request: one allocation
-// (the attempt: request copy, URL, body wrapper).
+// off is a Config with lbhttp's timeouts and budget off: the Transport as
+// it was before them.
+var off = lbhttp.Config{AttemptTimeout: -1, RequestTimeout: -1, IdleTimeout: -1, NoBudget: true}
+
+// TestAllocs measures what the Transport adds to a request: one
+// allocation (the attempt: request copy, URL, context, body wrapper),
+// with its default timeouts and budget on or off; the guard that bounds
+// the attempt in time (its context, its timer) is reused from request to
+// request. A request whose context can be cancelled (a proxied one, say)
+// adds the two allocations of the context.AfterFunc that passes its
+// cancellation on to the guard.
 func TestAllocs(t *testing.T) {
-	assert.Equal(t, 1.0, testing.AllocsPerRun(1000, cannedRequest(t)))
+	tests := []struct {
+		name        string
+		cfg         lbhttp.Config
+		cancellable bool
+		want        float64
+	}{
+		{"defaults", lbhttp.Config{}, false, 1},
+		{"timeouts and budget off", off, false, 1},
+		{"defaults, a context that can be cancelled", lbhttp.Config{}, true, 3},
+		{"off, a context that can be cancelled", off, true, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := testing.AllocsPerRun(1000, cannedRequest(t, tt.cfg, tt.cancellable))
+			if raceEnabled {
+				assert.LessOrEqual(t, got, tt.want+3, "under -race, with sync.Pool dropping guards now and then")
+				return
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
 }
 
-// BenchmarkRoundTrip is the Transport's own cost per request.
+// BenchmarkRoundTrip is the Transport's own cost per request, by what is
+// on and whether the request's context can be cancelled.
 func BenchmarkRoundTrip(b *testing.B) {
-	do := cannedRequest(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		do()
+	for _, bc := range []struct {
+		name        string
+		cfg         lbhttp.Config
+		cancellable bool
+	}{
+		{"timeouts=off/ctx=background", off, false},
+		{"timeouts=on/ctx=background", lbhttp.Config{}, false},
+		{"timeouts=off/ctx=cancellable", off, true},
+		{"timeouts=on/ctx=cancellable", lbhttp.Config{}, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			do := cannedRequest(b, bc.cfg, bc.cancellable)
+			b.ReportAllocs()
+			for b.Loop() {
+				do()
+			}
+		})
 	}
 }
 

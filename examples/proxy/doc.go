@@ -24,6 +24,19 @@
 //	-health-path path       probe GET path on every backend ("" = no active checks)
 //	-health-interval d      time between probes (default 5s)
 //	-max-attempts n         backends tried per request (default 3)
+//	-attempt-timeout d      longest wait for a backend's response headers, per
+//	                        attempt (default 5s; 0: none)
+//	-request-timeout d      longest wait for the headers over every attempt
+//	                        (default 15s; 0: none)
+//	-idle-timeout d         longest a backend may leave a response body
+//	                        waiting (default 60s; 0: none)
+//	-retry-budget share     retries and hedges at most this share of requests
+//	                        (default 0.2; 0: no budget)
+//	-retry-budget-min n     plus this many a second (default 10)
+//	-hedge-after d          hedge a request to another backend after this
+//	                        wait (default 0: no hedging)
+//	-hedge-percentile p     hedge after this percentile of recent latencies,
+//	                        95 say (default 0: no hedging)
 //
 // A bad flag prints what is wrong on stderr and exits with status 2. The
 // proxy stops on SIGINT or SIGTERM, letting requests in flight finish for
@@ -33,6 +46,11 @@
 // it. proxycmd holds the flags, the wiring (algorithm, health, lbhttp) and
 // the serving loop, so that another command can reuse them with flags and
 // servers of its own: lbkit-metrics-proxy in examples/prometheus adds
-// Prometheus metrics that way. To change what the proxy does (TLS, timeouts,
-// another key), copy proxycmd's Start, or pass proxycmd.Options.
+// Prometheus metrics that way. To change what the proxy does (TLS, another
+// key), copy proxycmd's Start, or pass proxycmd.Options.
+//
+// A backend that stops answering costs a client at most -attempt-timeout
+// per attempt (and -request-timeout in all) before another backend
+// answers or the proxy says 504; passive ejection takes it out after five
+// such timeouts in a row.
 package main

@@ -1,7 +1,8 @@
 // Package proxycmd is the command line and the serving loop of an lbkit
 // load-balancing HTTP proxy, so that a command is a main of a few lines:
 // the flags (-listen, -backends or -dns, -algo, -key, -trusted-proxies,
-// -health-path, -health-interval, -max-attempts), an algorithm of
+// -health-path, -health-interval, -max-attempts, the timeouts, the retry
+// budget and hedging), an algorithm of
 // bench.Algorithms() wrapped in health, lbhttp.NewProxy in front of it, and
 // a graceful shutdown on SIGINT or SIGTERM. Command proxy (examples/proxy)
 // is this package and nothing else; lbkit-metrics-proxy (examples/prometheus)
@@ -47,6 +48,14 @@
 //   - The proxy is lbhttp.NewProxy with the -key affinity key, the trusted
 //     proxies and -max-attempts: Done when each response body ends, a
 //     refused connection retried on another backend, 503 with no backend.
+//     Its timeouts are on by default, lbhttp's: -attempt-timeout 5s to a
+//     backend's response headers, -request-timeout 15s over every attempt,
+//     -idle-timeout 60s of a body that sends nothing (0 turns each off);
+//     a timeout is a failure of that backend (504 when no attempt is
+//     left), which passive ejection counts. So is the retry budget:
+//     retries and hedges at most -retry-budget (0.2) of the requests plus
+//     -retry-budget-min (10) a second, over 10 s (-retry-budget 0 turns it
+//     off). Hedging is off unless -hedge-after or -hedge-percentile is set.
 //   - The proxy and each of Options.Servers get a listener of their own; if
 //     any address cannot be listened on, nothing is served and Run returns
 //     ExitError. When the context ends (Main: SIGINT or SIGTERM), or one

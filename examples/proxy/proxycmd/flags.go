@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -59,6 +60,44 @@ type Config struct {
 	// MaxAttempts bounds the backends one request is tried on, the first
 	// included (-max-attempts).
 	MaxAttempts int
+
+	// AttemptTimeout, RequestTimeout and IdleTimeout are the lbhttp.Config
+	// fields (-attempt-timeout, -request-timeout, -idle-timeout): zero is
+	// lbhttp's default, negative none (what a flag set to 0 gives).
+	AttemptTimeout, RequestTimeout, IdleTimeout time.Duration
+	// RetryBudget is the share of requests that may be retried or hedged
+	// (-retry-budget), RetryBudgetMin the retries a second allowed on top
+	// (-retry-budget-min): an lbhttp.BudgetConfig's Ratio and
+	// MinPerSecond, zero for its defaults. NoBudget turns the budget off
+	// (-retry-budget 0).
+	RetryBudget, RetryBudgetMin float64
+	NoBudget                    bool
+	// HedgeAfter and HedgePercentile turn hedging on (-hedge-after,
+	// -hedge-percentile), as in lbhttp.Config. Zero: off.
+	HedgeAfter      time.Duration
+	HedgePercentile float64
+}
+
+// proxyConfig returns c's settings of the lbhttp Transport: timeouts,
+// budget and hedging.
+func (c Config) proxyConfig() (lbhttp.Config, error) {
+	pc := lbhttp.Config{
+		MaxAttempts:     c.MaxAttempts,
+		AttemptTimeout:  c.AttemptTimeout,
+		RequestTimeout:  c.RequestTimeout,
+		IdleTimeout:     c.IdleTimeout,
+		NoBudget:        c.NoBudget,
+		HedgeAfter:      c.HedgeAfter,
+		HedgePercentile: c.HedgePercentile,
+	}
+	if !c.NoBudget {
+		b, err := lbhttp.NewBudget(lbhttp.BudgetConfig{Ratio: c.RetryBudget, MinPerSecond: c.RetryBudgetMin})
+		if err != nil {
+			return lbhttp.Config{}, err
+		}
+		pc.Budget = b
+	}
+	return pc, nil
 }
 
 // KeyFunc returns the affinity key c.Key names. A header or cookie key falls
@@ -108,6 +147,13 @@ func NewFlags(name string) *Flags {
 	fs.StringVar(&f.c.HealthPath, "health-path", "", "`path` to probe with GET on every backend (empty: no active checks)")
 	fs.DurationVar(&f.c.HealthInterval, "health-interval", health.DefaultInterval, "time between two probes of a backend")
 	fs.IntVar(&f.c.MaxAttempts, "max-attempts", lbhttp.DefaultMaxAttempts, "backends tried per request, the first included")
+	fs.DurationVar(&f.c.AttemptTimeout, "attempt-timeout", lbhttp.DefaultAttemptTimeout, "longest wait for a backend's response headers, per attempt (0: none)")
+	fs.DurationVar(&f.c.RequestTimeout, "request-timeout", lbhttp.DefaultRequestTimeout, "longest wait for the response headers over every attempt (0: none)")
+	fs.DurationVar(&f.c.IdleTimeout, "idle-timeout", lbhttp.DefaultIdleTimeout, "longest a backend may leave a response body waiting (0: none)")
+	fs.Float64Var(&f.c.RetryBudget, "retry-budget", lbhttp.DefaultBudgetRatio, "`share` of requests that may be retried or hedged (0: no budget)")
+	fs.Float64Var(&f.c.RetryBudgetMin, "retry-budget-min", lbhttp.DefaultBudgetMinPerSecond, "retries a second allowed beyond the budget's share")
+	fs.DurationVar(&f.c.HedgeAfter, "hedge-after", 0, "send a hedge to another backend after this wait for the headers (0: no hedging)")
+	fs.Float64Var(&f.c.HedgePercentile, "hedge-percentile", 0, "hedge after this `percentile` of recent latencies, e.g. 95 (0: no hedging)")
 	return f
 }
 
@@ -189,6 +235,32 @@ func (f *Flags) convert(c *Config) error {
 	}
 	if c.MaxAttempts < 1 {
 		return fmt.Errorf("-max-attempts: %d is below 1", c.MaxAttempts)
+	}
+	// A timeout flag's 0 means none, which lbhttp.Config spells negative.
+	for _, d := range []struct {
+		flag string
+		v    *time.Duration
+	}{{"-attempt-timeout", &c.AttemptTimeout}, {"-request-timeout", &c.RequestTimeout}, {"-idle-timeout", &c.IdleTimeout}} {
+		switch {
+		case *d.v < 0:
+			return fmt.Errorf("%s: %v is negative; 0 turns it off", d.flag, *d.v)
+		case *d.v == 0:
+			*d.v = -1
+		}
+	}
+	switch {
+	case c.RetryBudget < 0 || math.IsNaN(c.RetryBudget) || math.IsInf(c.RetryBudget, 0):
+		return fmt.Errorf("-retry-budget: %v is not a share of 0 (no budget) or more", c.RetryBudget)
+	case c.RetryBudget == 0:
+		c.NoBudget = true
+	case !(c.RetryBudgetMin > 0) || math.IsInf(c.RetryBudgetMin, 0):
+		return fmt.Errorf("-retry-budget-min: %v is not a positive rate", c.RetryBudgetMin)
+	}
+	if c.HedgeAfter < 0 {
+		return fmt.Errorf("-hedge-after: %v is negative; 0 turns hedging off", c.HedgeAfter)
+	}
+	if c.HedgePercentile < 0 || c.HedgePercentile >= 100 || math.IsNaN(c.HedgePercentile) {
+		return fmt.Errorf("-hedge-percentile: %v is not between 0 (off) and 100", c.HedgePercentile)
 	}
 	return nil
 }

@@ -56,6 +56,13 @@ func TestParseErrors(t *testing.T) {
 		{"bad health interval", []string{"-backends", "a:1", "-health-interval", "0s"}, "-health-interval: 0s is below the minimum"},
 		{"bad duration", []string{"-backends", "a:1", "-health-interval", "5"}, `invalid value "5" for flag -health-interval`},
 		{"bad attempts", []string{"-backends", "a:1", "-max-attempts", "0"}, "-max-attempts: 0 is below 1"},
+		{"negative attempt timeout", []string{"-backends", "a:1", "-attempt-timeout", "-1s"}, "-attempt-timeout: -1s is negative; 0 turns it off"},
+		{"negative request timeout", []string{"-backends", "a:1", "-request-timeout", "-1s"}, "-request-timeout: -1s is negative; 0 turns it off"},
+		{"negative idle timeout", []string{"-backends", "a:1", "-idle-timeout", "-5ms"}, "-idle-timeout: -5ms is negative; 0 turns it off"},
+		{"negative budget", []string{"-backends", "a:1", "-retry-budget", "-0.1"}, "-retry-budget: -0.1 is not a share of 0 (no budget) or more"},
+		{"budget without a minimum", []string{"-backends", "a:1", "-retry-budget-min", "0"}, "-retry-budget-min: 0 is not a positive rate"},
+		{"negative hedge delay", []string{"-backends", "a:1", "-hedge-after", "-1ms"}, "-hedge-after: -1ms is negative; 0 turns hedging off"},
+		{"hedge percentile 100", []string{"-backends", "a:1", "-hedge-percentile", "100"}, "-hedge-percentile: 100 is not between 0 (off) and 100"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,6 +83,8 @@ func TestParse(t *testing.T) {
 		"-listen", "[::1]:9000", "-backends", " 10.0.0.1:80 ,host.internal:81=7",
 		"-algo", "ring", "-key", "header:X-User", "-trusted-proxies", "10.1.2.3/8, 192.0.2.1,2001:db8::1",
 		"-health-path", "/healthz", "-health-interval", "2s", "-max-attempts", "1",
+		"-attempt-timeout", "2s", "-request-timeout", "0", "-idle-timeout", "30s",
+		"-retry-budget", "0.1", "-retry-budget-min", "2", "-hedge-percentile", "95", "-hedge-after", "5ms",
 	}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "[::1]:9000", c.Listen)
@@ -91,6 +100,19 @@ func TestParse(t *testing.T) {
 	assert.Equal(t, "/healthz", c.HealthPath)
 	assert.Equal(t, 2*time.Second, c.HealthInterval)
 	assert.Equal(t, 1, c.MaxAttempts)
+	assert.Equal(t, 2*time.Second, c.AttemptTimeout)
+	assert.Negative(t, c.RequestTimeout, "0 turns it off: negative for lbhttp")
+	assert.Equal(t, 30*time.Second, c.IdleTimeout)
+	assert.Equal(t, 0.1, c.RetryBudget)
+	assert.Equal(t, 2.0, c.RetryBudgetMin)
+	assert.False(t, c.NoBudget)
+	assert.Equal(t, 95.0, c.HedgePercentile)
+	assert.Equal(t, 5*time.Millisecond, c.HedgeAfter)
+
+	c, err = NewFlags("p").Parse([]string{"-backends", "a:1", "-retry-budget", "0", "-attempt-timeout", "0"}, io.Discard)
+	require.NoError(t, err)
+	assert.True(t, c.NoBudget)
+	assert.Negative(t, c.AttemptTimeout)
 
 	c, err = NewFlags("p").Parse([]string{"-dns", "api.internal:8080"}, io.Discard)
 	require.NoError(t, err)
@@ -105,6 +127,15 @@ func TestParse(t *testing.T) {
 	assert.Empty(t, c.HealthPath)
 	assert.Equal(t, health.DefaultInterval, c.HealthInterval)
 	assert.Equal(t, lbhttp.DefaultMaxAttempts, c.MaxAttempts)
+	// Timeouts and the budget are on by default, hedging off.
+	assert.Equal(t, lbhttp.DefaultAttemptTimeout, c.AttemptTimeout)
+	assert.Equal(t, lbhttp.DefaultRequestTimeout, c.RequestTimeout)
+	assert.Equal(t, lbhttp.DefaultIdleTimeout, c.IdleTimeout)
+	assert.Equal(t, lbhttp.DefaultBudgetRatio, c.RetryBudget)
+	assert.Equal(t, float64(lbhttp.DefaultBudgetMinPerSecond), c.RetryBudgetMin)
+	assert.False(t, c.NoBudget)
+	assert.Zero(t, c.HedgeAfter)
+	assert.Zero(t, c.HedgePercentile)
 }
 
 // TestEveryAlgorithmAccepted checks that -algo takes every name the bench

@@ -235,12 +235,12 @@ func Start(ctx context.Context, c Config, log *slog.Logger, o Options) (p *Proxy
 		return nil, err
 	}
 
-	proxy, err := lbhttp.NewProxy(lb, lbhttp.Config{
-		Key:            c.KeyFunc(),
-		TrustedProxies: c.TrustedProxies,
-		MaxAttempts:    c.MaxAttempts,
-		ErrorLog:       log,
-	})
+	pc, err := c.proxyConfig()
+	if err != nil {
+		return nil, err
+	}
+	pc.Key, pc.TrustedProxies, pc.ErrorLog = c.KeyFunc(), c.TrustedProxies, log
+	proxy, err := lbhttp.NewProxy(lb, pc)
 	if err != nil {
 		return nil, err
 	}

@@ -262,6 +262,50 @@ func TestServeEveryAlgorithm(t *testing.T) {
 	}
 }
 
+// TestServeTimeouts checks that the timeout and hedging flags reach the
+// proxy: a backend that never answers costs a client -attempt-timeout per
+// attempt, then a 504; with -hedge-after, a request to it is answered by
+// the other backend long before its attempt timeout.
+func TestServeTimeouts(t *testing.T) {
+	quit := make(chan struct{})
+	stalled := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-quit:
+		}
+	}))
+	defer stalled.Close()
+	defer close(quit)
+	live := backend(t, "live")
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+
+	c, err := NewFlags("p").Parse([]string{"-listen", "127.0.0.1:0", "-backends", hostOf(stalled), "-attempt-timeout", "100ms", "-max-attempts", "2"}, io.Discard)
+	require.NoError(t, err)
+	addrs, stop := startServe(t, c, Options{})
+	start := time.Now()
+	resp, err := client.Get("http://" + addrs[0] + "/")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusGatewayTimeout, resp.StatusCode)
+	assert.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "two attempts of 100ms")
+	assert.Less(t, time.Since(start), 5*time.Second)
+	stop()
+
+	// rr's first pick is random: whichever comes first, the answer is
+	// the live backend's, well before the stalled one's attempt timeout.
+	c, err = NewFlags("p").Parse([]string{"-listen", "127.0.0.1:0", "-backends", hostOf(stalled) + "," + hostOf(live), "-algo", "rr",
+		"-attempt-timeout", "5s", "-hedge-after", "20ms"}, io.Discard)
+	require.NoError(t, err)
+	addrs, stop = startServe(t, c, Options{})
+	defer stop()
+	for range 4 {
+		start := time.Now()
+		assert.Equal(t, "live", get(t, client, "http://"+addrs[0]+"/"))
+		assert.Less(t, time.Since(start), 4*time.Second, "hedged, not timed out")
+	}
+}
+
 // TestServeFails checks that Serve returns an error, serving nothing,
 // listening on nothing and leaving no goroutine behind, when a server's
 // address cannot be listened on or Wrap fails.

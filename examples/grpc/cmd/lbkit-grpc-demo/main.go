@@ -15,10 +15,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	lbk "github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/examples/grpc/internal/echo"
 	"github.com/lbkit/lbkit/examples/grpc/lbpolicy"
+	lbhealth "github.com/lbkit/lbkit/health"
+	"github.com/lbkit/lbkit/leastconn"
+	"github.com/lbkit/lbkit/lrt"
+	"github.com/lbkit/lbkit/rr"
+	"github.com/lbkit/lbkit/wrr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -26,6 +33,7 @@ import (
 	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
 )
 
 // options are the command's flags, checked.
@@ -41,6 +49,9 @@ type options struct {
 	stop        int // index of the server to stop gracefully, or -1
 	kill        int // index of the server to stop abruptly, or -1
 	notServing  int // index of the server to mark NOT_SERVING, or -1
+	stall       int // index of the server to stall (accept RPCs, never answer), or -1
+	deadline    time.Duration
+	eject       bool // wrap the policy's picker in lbkit's health decorator
 	timeout     time.Duration
 }
 
@@ -75,6 +86,9 @@ func parseFlags(args []string) (*options, error) {
 	stop := fs.Int("stop", -1, "stop this server (0-based) a third of the way through, as a deploy does: NOT_SERVING, then GracefulStop")
 	kill := fs.Int("kill", -1, "stop this server (0-based) a third of the way through, abruptly, as a crash does")
 	notServing := fs.Int("not-serving", -1, "mark this server NOT_SERVING a third of the way through")
+	stall := fs.Int("stall", -1, "from a third of the way through, this server accepts RPCs and never answers them (its health service still says SERVING)")
+	deadline := fs.Duration("deadline", time.Second, `each RPC's deadline: the service config's "timeout"`)
+	eject := fs.Bool("eject", false, "wrap the policy's picker in lbkit's health decorator, whose passive checks eject a server after 5 failures in a row (lbkit_round_robin, lbkit_wrr, lbkit_least_conn, lbkit_lrt)")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -84,7 +98,7 @@ func parseFlags(args []string) (*options, error) {
 	}
 
 	o := &options{policy: *policy, rpcs: *rpcs, concurrency: *concurrency, stop: *stop,
-		kill: *kill, notServing: *notServing, timeout: *timeout}
+		kill: *kill, notServing: *notServing, stall: *stall, deadline: *deadline, eject: *eject, timeout: *timeout}
 	var b *lbpolicy.Builder
 	for _, c := range lbpolicy.Builders() {
 		if c.Name() == o.policy {
@@ -154,20 +168,59 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("-kill %d and -stop %d: one server cannot stop both ways", o.kill, o.stop)
 	case o.notServing < -1 || o.notServing >= len(o.delays):
 		return nil, fmt.Errorf("-not-serving %d: want a server from 0 to %d", o.notServing, len(o.delays)-1)
+	case o.stall < -1 || o.stall >= len(o.delays):
+		return nil, fmt.Errorf("-stall %d: want a server from 0 to %d", o.stall, len(o.delays)-1)
+	case o.stall >= 0 && (o.stall == o.stop || o.stall == o.kill):
+		return nil, fmt.Errorf("-stall %d: that server already stops", o.stall)
+	case o.deadline < time.Millisecond:
+		return nil, fmt.Errorf("-deadline %v: want 1ms or more", o.deadline)
+	case o.eject && ejecting[o.policy] == nil:
+		return nil, fmt.Errorf("-eject with %s: want one of lbkit_round_robin, lbkit_wrr, lbkit_least_conn, lbkit_lrt", o.policy)
 	case o.timeout <= 0:
 		return nil, fmt.Errorf("-timeout %v: want more than 0", o.timeout)
 	}
 	return o, nil
 }
 
+// ejecting are the algorithms -eject wraps in lbkit's health decorator,
+// by policy name.
+var ejecting = map[string]func() lbk.Balancer{
+	lbpolicy.RoundRobin:         func() lbk.Balancer { return rr.New() },
+	lbpolicy.WeightedRoundRobin: func() lbk.Balancer { return wrr.New() },
+	lbpolicy.LeastConn:          func() lbk.Balancer { return leastconn.New() },
+	lbpolicy.LeastResponseTime:  func() lbk.Balancer { return lrt.New() },
+}
+
+// ejectingPolicy registers, under the policy's name and "_eject", the
+// policy's algorithm inside lbkit's health decorator: passive checks
+// only (the channel's healthCheckConfig probes), so five failures in a
+// row, DEADLINE_EXCEEDED among them, eject a server for 30 s. The policy
+// closes the decorator with the channel. It returns the name.
+func ejectingPolicy(policy string, changes func(lbhealth.Change)) (string, error) {
+	name := policy + "_eject"
+	b, err := lbpolicy.NewBuilder(name, func() lbk.Balancer {
+		h, err := lbhealth.New(ejecting[policy](), lbhealth.Config{OnChange: changes})
+		if err != nil {
+			panic(err) // the zero Config is valid
+		}
+		return h
+	})
+	if err != nil {
+		return "", err
+	}
+	balancer.Register(b)
+	return name, nil
+}
+
 // server is one stand-in backend.
 type server struct {
-	name   string
-	addr   string
-	grpc   *grpc.Server
-	health *health.Server
-	served atomic.Int64
-	done   chan struct{}
+	name    string
+	addr    string
+	grpc    *grpc.Server
+	health  *health.Server
+	served  atomic.Int64
+	stalled atomic.Bool // accept RPCs, answer none
+	done    chan struct{}
 
 	// With ORCA reports (capacity > 0).
 	inFlight atomic.Int64  // RPCs being served
@@ -207,8 +260,12 @@ func startServer(name string, delay time.Duration, capacity int) (*server, error
 			r.SetNamedMetric("rif", float64(n))
 		}
 		s.served.Add(1)
+		wait := time.After(delay)
+		if s.stalled.Load() {
+			wait = nil // until the RPC's deadline
+		}
 		select {
-		case <-time.After(delay):
+		case <-wait:
 			return s.name, nil
 		case <-ctx.Done():
 			return "", ctx.Err()
@@ -277,13 +334,22 @@ func (s *server) drain() {
 // target is "dns:///my-service.example:50051" (each address an endpoint)
 // and no manual resolver is needed; weights then come from a resolver of
 // your own that calls lbpolicy.SetWeight.
-func dial(r *manual.Resolver, policy, config string) (*grpc.ClientConn, error) {
+//
+// The rest of the service config is gRPC's own, and what lbhttp's
+// defaults do for HTTP: "timeout" is each RPC's deadline (gRPC has no
+// per-attempt timeout: the deadline covers every attempt); the
+// retryPolicy retries UNAVAILABLE (a server that refused or dropped the
+// RPC) up to 4 attempts; retryThrottling is the retry budget (every
+// failed RPC costs a token, every success earns a tenth of one, and with
+// half the 10 tokens gone retries stop until successes earn them back).
+func dial(r *manual.Resolver, policy, config string, deadline time.Duration) (*grpc.ClientConn, error) {
 	serviceConfig := fmt.Sprintf(`{
 		"loadBalancingConfig": [{%q: %s}],
 		"healthCheckConfig": {"serviceName": ""},
 		"methodConfig": [{
 			"name": [{"service": "lbkit.example.Echo"}],
 			"waitForReady": true,
+			"timeout": %q,
 			"retryPolicy": {
 				"maxAttempts": 4,
 				"initialBackoff": "0.01s",
@@ -291,8 +357,9 @@ func dial(r *manual.Resolver, policy, config string) (*grpc.ClientConn, error) {
 				"backoffMultiplier": 2,
 				"retryableStatusCodes": ["UNAVAILABLE"]
 			}
-		}]
-	}`, policy, config)
+		}],
+		"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
+	}`, policy, config, fmt.Sprintf("%.3fs", deadline.Seconds()))
 	return grpc.NewClient(r.Scheme()+":///demo",
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -329,9 +396,22 @@ func run(o *options, out io.Writer) error {
 		}
 	}
 
+	policy := o.policy
+	var ejected atomic.Int32
+	if o.eject {
+		var err error
+		if policy, err = ejectingPolicy(o.policy, func(c lbhealth.Change) {
+			if c.New == lbhealth.Ejected {
+				ejected.Add(1)
+				fmt.Fprintf(out, "lbkit health: %v\n", c)
+			}
+		}); err != nil {
+			return err
+		}
+	}
 	r := manual.NewBuilderWithScheme("demo")
 	r.InitialState(resolver.State{Endpoints: eps})
-	cc, err := dial(r, o.policy, o.config)
+	cc, err := dial(r, policy, o.config, o.deadline)
 	if err != nil {
 		return err
 	}
@@ -342,6 +422,7 @@ func run(o *options, out io.Writer) error {
 	var (
 		next, finished, failed atomic.Int64
 		firstErr               atomic.Pointer[error]
+		deadlines              atomic.Int64 // RPCs that failed DEADLINE_EXCEEDED
 		disturb                sync.Once
 		wg                     sync.WaitGroup
 	)
@@ -364,6 +445,9 @@ func run(o *options, out io.Writer) error {
 				if _, err := echo.Call(callCtx, cc, "hi"); err != nil {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, &err)
+					if status.Code(err) == codes.DeadlineExceeded {
+						deadlines.Add(1)
+					}
 				}
 				if finished.Add(1) >= int64(o.rpcs/3) {
 					disturb.Do(func() {
@@ -379,6 +463,10 @@ func run(o *options, out io.Writer) error {
 							fmt.Fprintf(out, "marking %s NOT_SERVING after %d RPCs\n", servers[o.notServing].name, finished.Load())
 							servers[o.notServing].health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 						}
+						if o.stall >= 0 {
+							fmt.Fprintf(out, "stalling %s after %d RPCs\n", servers[o.stall].name, finished.Load())
+							servers[o.stall].stalled.Store(true)
+						}
 					})
 				}
 			}
@@ -387,7 +475,7 @@ func run(o *options, out io.Writer) error {
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	fmt.Fprintf(out, "policy %s %s: %d RPCs in %v, %d failed\n", o.policy, o.config, finished.Load(), elapsed.Round(time.Millisecond), failed.Load())
+	fmt.Fprintf(out, "policy %s %s: %d RPCs in %v, %d failed\n", policy, o.config, finished.Load(), elapsed.Round(time.Millisecond), failed.Load())
 	total := int64(0)
 	for _, s := range servers {
 		total += s.served.Load()
@@ -402,6 +490,12 @@ func run(o *options, out io.Writer) error {
 		return fmt.Errorf("ran out of time after %v (-timeout)", o.timeout)
 	}
 	n := failed.Load()
+	if o.stall >= 0 && n > 0 && n == deadlines.Load() {
+		// A stalled server's RPCs end at their deadline, which gRPC does
+		// not retry past: the deadline is the whole RPC's.
+		fmt.Fprintf(out, "%d RPCs sent to %s failed DEADLINE_EXCEEDED after %v (%d ejections)\n", n, servers[o.stall].name, o.deadline, ejected.Load())
+		return nil
+	}
 	if o.kill >= 0 && n > 0 && n <= int64(o.concurrency) {
 		// gRPC retries an RPC cut by a dead server only if no reply had
 		// begun: one whose response headers had arrived is committed. At

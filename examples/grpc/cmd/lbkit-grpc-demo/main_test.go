@@ -34,6 +34,11 @@ func TestParseFlags(t *testing.T) {
 		{"-kill 1 -stop 1", `one server cannot stop both ways`},
 		{"-not-serving -2", `-not-serving -2`},
 		{"-timeout 0s", `-timeout 0s`},
+		{"-stall 3", `-stall 3: want a server from 0 to 2`},
+		{"-stall 1 -kill 1", `-stall 1: that server already stops`},
+		{"-deadline 0s", `-deadline 0s: want 1ms or more`},
+		{"-eject -policy lbkit_maglev -config {\"key\":\"x\"}", `-eject with lbkit_maglev`},
+		{"-eject -policy lbkit_lrt", ""},
 		{"extra", `unexpected arguments`},
 		{"-bogus", `flag provided but not defined`},
 	}
@@ -109,4 +114,30 @@ func TestORCA(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Less(t, shares[2], shares[0]/2, "the third server, reporting 4x the utilisation, gets less")
+}
+
+// TestStall stalls a server mid-run, as a server that accepts RPCs and
+// never answers them (its health service still says SERVING): its RPCs
+// fail DEADLINE_EXCEEDED at the service config's timeout, which gRPC does
+// not retry past. With -eject, lbkit's health decorator ejects it after
+// five such failures in a row, so only the RPCs in flight on it then, about
+// one per caller, fail; round robin without it would keep sending a third
+// of the RPCs there.
+func TestStall(t *testing.T) {
+	o, err := parseFlags(strings.Fields("-rpcs 3000 -concurrency 8 -policy lbkit_round_robin -stall 0 -deadline 200ms -eject -delays 1ms,1ms,1ms"))
+	require.NoError(t, err)
+	var out strings.Builder
+	require.NoError(t, run(o, &out))
+	t.Log(out.String())
+	assert.Contains(t, out.String(), "stalling s0 after")
+	assert.Contains(t, out.String(), "up -> ejected (consecutive failures)")
+	var failed int
+	for line := range strings.SplitSeq(out.String(), "\n") {
+		if strings.HasPrefix(line, "policy ") {
+			_, rest, _ := strings.Cut(line, ", ")
+			_, err := fmt.Sscanf(rest, "%d failed", &failed)
+			require.NoError(t, err, line)
+		}
+	}
+	assert.LessOrEqual(t, failed, 2*o.concurrency, "only the RPCs in flight on the stalled server, about one per caller")
 }

@@ -1,0 +1,262 @@
+package lbhttp
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/lbkit/lbkit/balancer"
+)
+
+// The errors of the timeouts. Each is a net.Error whose Timeout method
+// reports true and matches context.DeadlineExceeded with errors.Is, so
+// that ErrorHandler answers 504 Gateway Timeout, and each is a failure of
+// the backend in the Result its attempt reports: health counts it towards
+// an ejection, lrt takes its latency as a sample.
+var (
+	// ErrAttemptTimeout ends an attempt whose backend sent no response
+	// headers within Config.AttemptTimeout. The attempt's Result has that
+	// latency.
+	ErrAttemptTimeout error = timeoutError("lbhttp: the backend sent no response headers within the attempt timeout")
+	// ErrRequestTimeout ends the attempt in flight when Config.RequestTimeout
+	// passes before any backend answered.
+	ErrRequestTimeout error = timeoutError("lbhttp: no backend answered within the request timeout")
+	// ErrIdleTimeout ends a response body that a reader waited on for
+	// Config.IdleTimeout without a byte arriving. The reader gets it from
+	// Read.
+	ErrIdleTimeout error = timeoutError("lbhttp: the backend sent nothing within the idle timeout while streaming the body")
+)
+
+type timeoutError string
+
+func (e timeoutError) Error() string   { return string(e) }
+func (timeoutError) Timeout() bool     { return true }
+func (timeoutError) Temporary() bool   { return true }
+func (timeoutError) Is(err error) bool { return err == context.DeadlineExceeded }
+
+// errHedgeLost ends the attempt that another attempt of the same request
+// beat, and is its Result's Err: it wraps balancer.ErrAbandoned, since a
+// race lost teaches nothing about the backend.
+var errHedgeLost = fmt.Errorf("lbhttp: another attempt answered first: %w", balancer.ErrAbandoned)
+
+// Why a guard ended its attempt; 0 while it has not.
+const (
+	endAttempt = iota + 1 // the attempt timeout passed before the headers
+	endRequest            // the request timeout passed before the headers
+	endIdle               // the body stalled for the idle timeout
+	endLost               // another attempt answered first
+	endCaller             // the request's context ended
+)
+
+// causeOf returns the error an end is reported with: nil for endCaller,
+// which the request's own cause stands for.
+func causeOf(why int32) error {
+	switch why {
+	case endAttempt:
+		return ErrAttemptTimeout
+	case endRequest:
+		return ErrRequestTimeout
+	case endIdle:
+		return ErrIdleTimeout
+	case endLost:
+		return errHedgeLost
+	}
+	return nil
+}
+
+// A guard bounds one attempt. It owns the context the attempt is sent
+// with, a cancellable context of its own rather than one derived from the
+// request's (context.WithTimeout and context.WithCancel allocate, and
+// register with the request's context, on every attempt), and a timer:
+// armed for the attempt timeout (or what is left of the request timeout)
+// until the response headers arrive, then for the idle timeout while the
+// body streams. The request's cancellation reaches the guard's context
+// through context.AfterFunc.
+//
+// A guard whose attempt ended without anything firing (the timer, the
+// request's cancellation, a lost race) goes back to its Transport's pool
+// and serves another attempt: its context was never cancelled, and its
+// timer is reset rather than made anew. A guard that fired is dropped, so
+// that a callback still running can never touch the next attempt.
+//
+// Fields are set before the attempt starts and read-only while it runs,
+// except those marked atomic. A guard must not be copied.
+type guard struct {
+	// Immutable after newGuard.
+	t      *Transport
+	own    context.Context // a cancelCtx of context.Background()
+	cancel context.CancelCauseFunc
+	timer  *time.Timer // time.AfterFunc(expire); stopped while pooled
+	goneFn func()      // gone, bound once: a method value allocates
+
+	// Set by start, for one attempt.
+	caller context.Context
+	unlink func() bool // stops the AfterFunc watching caller; nil if none
+	armed  bool        // the timer was reset and not seen stopped
+
+	// Atomic.
+	first atomic.Int32             // what the timer means before the headers: endAttempt or endRequest
+	body  atomic.Pointer[respBody] // the body streaming, while the idle timeout watches it
+	ended atomic.Int32             // why the guard ended the attempt; 0 if it has not
+
+	// For a first attempt that may be hedged: the race, and the timer
+	// that starts the hedge (both made at the guard's first race). raced
+	// is set, by the attempt's goroutine, once the timer has fired.
+	race       hedgeRace
+	hedgeTimer *time.Timer
+	raced      bool
+}
+
+// newGuard returns a guard of t's, from its pool or new.
+func (t *Transport) newGuard() *guard {
+	if g, ok := t.guards.Get().(*guard); ok {
+		return g
+	}
+	g := &guard{t: t}
+	g.own, g.cancel = context.WithCancelCause(context.Background())
+	g.goneFn = g.gone
+	g.timer = time.AfterFunc(time.Hour, g.expire)
+	g.timer.Stop()
+	return g
+}
+
+// start prepares g for an attempt on behalf of caller: the request's
+// cancellation will end it, and, if d is positive, the timer will end it
+// with why (endAttempt or endRequest) after d unless the headers come
+// first.
+func (g *guard) start(caller context.Context, d time.Duration, why int32) {
+	g.caller = caller
+	if caller.Done() != nil {
+		g.unlink = context.AfterFunc(caller, g.goneFn)
+	}
+	if d > 0 {
+		g.first.Store(why)
+		g.armed = true
+		g.timer.Reset(d)
+	}
+}
+
+// headers stops the header timer, and reports whether the attempt is
+// still on: the timer had not fired, nor anything else ended it.
+func (g *guard) headers() bool {
+	if g.armed {
+		g.armed = false
+		if !g.timer.Stop() {
+			return false
+		}
+	}
+	return g.ended.Load() == 0
+}
+
+// stream arms the idle timeout for rb, whose reads now say whether the
+// backend is keeping the reader waiting.
+func (g *guard) stream(rb *respBody, idle time.Duration) {
+	g.body.Store(rb)
+	g.armed = true
+	g.timer.Reset(idle)
+}
+
+// end ends the attempt for why, the first time only, and reports whether
+// this call did.
+func (g *guard) end(why int32) bool {
+	if why == 0 || !g.ended.CompareAndSwap(0, why) {
+		return false
+	}
+	if why == endCaller {
+		g.cancel(context.Cause(g.caller))
+	} else {
+		g.cancel(causeOf(why))
+	}
+	return true
+}
+
+// cause returns the error the attempt ended with, if the guard ended it,
+// and nil otherwise or if the request's context did.
+func (g *guard) cause() error {
+	return causeOf(g.ended.Load())
+}
+
+// gone is the AfterFunc of the request's context.
+func (g *guard) gone() { g.end(endCaller) }
+
+// expire is the timer's function. Before the headers, it ends the
+// attempt. While a body streams it ends it only if a read has been
+// waiting for the idle timeout; a reader that is simply slow to read
+// again (a proxy writing to a slow client) is not the backend's fault, so
+// the timer is re-armed for what is left.
+func (g *guard) expire() {
+	rb := g.body.Load()
+	if rb == nil {
+		g.end(g.first.Load())
+		return
+	}
+	idle := g.t.idleTimeout
+	if since := rb.waiting.Load(); since != 0 {
+		waited := time.Duration(g.t.nanotime() - since)
+		if waited >= idle {
+			g.end(endIdle)
+			return
+		}
+		idle -= waited
+	}
+	g.timer.Reset(idle)
+}
+
+// release ends g's part in its attempt, once the attempt's Done has been
+// reported, and puts it back in the pool if nothing fired.
+func (g *guard) release() {
+	if g == nil {
+		return
+	}
+	g.body.Store(nil)
+	clean := !g.raced
+	if g.armed {
+		g.armed = false
+		clean = g.timer.Stop() && clean
+	}
+	if g.unlink != nil {
+		clean = g.unlink() && clean
+		g.unlink = nil
+	}
+	if clean && g.ended.Load() == 0 && g.own.Err() == nil {
+		g.caller = nil // not read again: the AfterFunc was stopped before it ran
+		g.t.guards.Put(g)
+	}
+}
+
+// attemptCtx is the context an attempt is sent with: the guard's
+// cancellation, the request's values and deadline. It lives in the
+// attempt, so that what the base transport keeps of it (net/http's dials
+// keep its values) stays the request's when the guard moves on.
+type attemptCtx struct {
+	own      context.Context
+	caller   context.Context
+	deadline time.Time // when the guard's timer ends the header wait; zero if never
+}
+
+func (c *attemptCtx) Deadline() (time.Time, bool) {
+	d, ok := c.caller.Deadline()
+	if !c.deadline.IsZero() && (!ok || c.deadline.Before(d)) {
+		return c.deadline, true
+	}
+	return d, ok
+}
+
+func (c *attemptCtx) Done() <-chan struct{} { return c.own.Done() }
+func (c *attemptCtx) Err() error            { return c.own.Err() }
+
+// Value answers the context package's own key with the guard's context,
+// so that a context derived from this one (net/http derives one per
+// request) is registered with it rather than watched by a goroutine of
+// its own; every other key is the request's.
+func (c *attemptCtx) Value(key any) any {
+	if v := c.own.Value(key); v != nil {
+		return v
+	}
+	return c.caller.Value(key)
+}
+
+// nanotime is a monotonic clock reading in nanoseconds since t was made,
+// never 0.
+func (t *Transport) nanotime() int64 { return int64(time.Since(t.epoch)) + 1 }
