@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,21 +35,29 @@ func TestParseStat(t *testing.T) {
 	}
 }
 
-// The tool's own process, read from /proc, has spent some CPU, and a
-// busy loop in it makes the figure grow by about as much as the loop ran.
+// The tool's own process, read from /proc, agrees with getrusage on how
+// much CPU a busy loop in it spent: the loop runs until getrusage counts
+// 300 ms more (however long a loaded machine makes that take), and the
+// figure from /proc must be the same within two clock ticks and 10%.
 func TestProcessTreeCPU(t *testing.T) {
+	rusage := func() time.Duration {
+		var ru syscall.Rusage
+		require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
 	before, err := processTreeCPU(os.Getpid())
 	require.NoError(t, err)
-	spin := time.Now()
-	for time.Since(spin) < 300*time.Millisecond {
+	r0 := rusage()
+	for deadline := time.Now().Add(time.Minute); rusage()-r0 < 300*time.Millisecond && time.Now().Before(deadline); {
 	}
+	r1 := rusage()
 	after, err := processTreeCPU(os.Getpid())
 	require.NoError(t, err)
+	want := r1 - r0
+	require.GreaterOrEqual(t, want, 300*time.Millisecond, "the loop never got 300 ms of CPU in a minute")
 	d := after.sub(before)
-	// At least a third of the loop's wall time, on a loaded machine; at
-	// most what two cores could do in the time measured, and a tick.
-	assert.GreaterOrEqual(t, d.user+d.sys, 100*time.Millisecond)
-	assert.LessOrEqual(t, d.user+d.sys, 2*time.Since(spin)+clockTick)
+	assert.InDelta(t, float64(want), float64(d.user+d.sys), float64(2*clockTick+want/10),
+		"/proc says %v, getrusage %v", d.user+d.sys, want)
 
 	_, err = processTreeCPU(1 << 30)
 	assert.Error(t, err, "no such process")
