@@ -20,13 +20,14 @@ const RefuseTime = 100 * time.Microsecond
 // probe.
 const tickEvery = 100 * time.Millisecond
 
-// endpoint is the Backend the pickers are given: an ID, a weight, and the
-// index of the simulated backend, so that a pick is mapped back without a
-// map lookup.
+// endpoint is the Backend the pickers are given: an ID, a weight, a
+// locality, and the index of the simulated backend, so that a pick is
+// mapped back without a map lookup.
 type endpoint struct {
 	id     string
 	weight int
 	index  int32
+	loc    balancer.Locality
 }
 
 var (
@@ -50,6 +51,7 @@ type server struct {
 	reset    error
 	lane     int    // the queue's lane for its answers when its service time is fixed; −1 otherwise
 	meter    *meter // what it measures of itself for its reports and probe answers; nil unless a picker uses them
+	zone     int32  // its zone's number, −1 for none
 
 	// Measured.
 	sent, refusals, resets int64
@@ -59,6 +61,8 @@ type server struct {
 	stepArea               []int64 // area per series step
 	stepPeak               []int32 // the most in flight in each step
 	stepSent               []int32
+	spanArea               [2]int64 // area before the first outage and during it
+	spans                  [3]int64 // their bounds
 }
 
 // proxy is one picker instance with its failure handling.
@@ -73,9 +77,10 @@ type proxy struct {
 
 // user states.
 const (
-	idle     uint8 = iota // thinking, or stopped
-	atServer              // its request is in service or queued at backend
-	refusing              // its connection attempt will be refused
+	idle      uint8 = iota // thinking, or stopped
+	atServer               // its request is in service or queued at backend
+	refusing               // its connection attempt will be refused
+	returning              // its answer is crossing zones back to its proxy
 )
 
 // user is one closed-loop virtual user.
@@ -112,6 +117,10 @@ type engine struct {
 	probeLane, answerLane              int
 	calls                              []probeCall // probes under way, reused through freeCalls
 	freeCalls                          []int32
+	proxyZone                          []int32         // each proxy's zone's number, −1 for none
+	cross                              int64           // Scenario.CrossZone
+	crossLane                          int             // the queue's lane for answers crossing zones
+	carried                            []balancer.Load // per user: the report its answer carries across zones; nil without reports or zones
 
 	// Measured.
 	latency           Histogram       // of successful user requests
@@ -125,6 +134,8 @@ type engine struct {
 	stepUsers         []int
 	closed            int // steps whose users are recorded
 	activeUsers       int
+	local, remote     [2]int64 // attempts that stayed in their proxy's zone and that left it, per span (see span)
+	connected         []uint64 // bit p·⌈n/64⌉·64+i: proxy p sent backend i an attempt; nil unless the scenario asks
 }
 
 // Simulate plays one scenario under one variant with one algorithm, its
@@ -139,8 +150,8 @@ func simulate(ctx context.Context, sc Scenario, v Variant, a bench.Algorithm, pr
 	if err := sc.Validate(); err != nil {
 		return Result{}, err
 	}
-	if proxies < 1 {
-		return Result{}, fmt.Errorf("%w: %d proxies, want at least 1", ErrScenario, proxies)
+	if proxies < 1 || proxies > MaxProxies {
+		return Result{}, fmt.Errorf("%w: %d proxies, want 1 to %d", ErrScenario, proxies, MaxProxies)
 	}
 	if a.Sim == nil {
 		return Result{}, fmt.Errorf("sim: algorithm %q has no Sim constructor", a.Name)
@@ -178,6 +189,12 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		eps:     make([]*endpoint, len(sc.Backends)),
 		delay:   int64(sc.ReportDelay),
 		rtt:     int64(sc.RTT()),
+		cross:   int64(sc.CrossZone),
+	}
+	var backendZone []int32
+	e.proxyZone, backendZone = zoneIndex(sc, proxies)
+	if sc.tracksConns() {
+		e.connected = make([]uint64, proxies*((len(sc.Backends)+63)/64))
 	}
 	// Most events go to lanes, which keep them in time order as they
 	// come: the sends (the first ones are in time order, and every later
@@ -213,6 +230,8 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		s.stepPeak = make([]int32, steps)
 		s.stepSent = make([]int32, steps)
 		s.lane = -1
+		s.zone = backendZone[i]
+		s.spans = e.spans()
 		if spec.fixed() {
 			l, ok := fixed[spec.Latency]
 			if !ok {
@@ -225,7 +244,7 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		if a.Weighted && spec.Weight > 0 {
 			w = spec.Weight
 		}
-		e.eps[i] = &endpoint{id: id, weight: w, index: int32(i)}
+		e.eps[i] = &endpoint{id: id, weight: w, index: int32(i), loc: balancer.Locality{Zone: spec.Zone}}
 		bs[i] = e.eps[i]
 		for _, o := range spec.Down {
 			e.q.push(int64(o.At), evKill, int32(i), 0)
@@ -244,9 +263,18 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 	// Virtual time zero reads as 2025-01-01 on the pickers' clocks.
 	epoch := time.Date(2025, time.January, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return epoch.Add(time.Duration(e.now)) }
+	if e.cross > 0 {
+		e.crossLane = e.q.addLane()
+	}
+	callers := sc.callers(proxies)
 	for p := range e.proxies {
 		src := rand.New(rand.NewPCG(seed, uint64(2+p)))
-		inner := a.Sim(src.Uint64, clock)
+		// The decorators stack as their docs say: subset ▶ health ▶
+		// locality ▶ the algorithm.
+		inner, err := e.picker(p, a, callers, src.Uint64, clock)
+		if err != nil {
+			return nil, err
+		}
 		px := &e.proxies[p]
 		px.bal = inner
 		if v.Health() {
@@ -255,6 +283,9 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 				return nil, err
 			}
 			px.bal, px.health = h, h
+		}
+		if px.bal, err = e.subset(p, a, px.bal); err != nil {
+			return nil, err
 		}
 		px.fb, _ = px.bal.(balancer.Feedback)
 		// The picker's background work, driven in virtual time: its
@@ -285,6 +316,9 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		// it costs the others time for nothing.
 		for i := range e.servers {
 			e.servers[i].meter = newMeter(sc.ReportDelay)
+		}
+		if e.cross > 0 {
+			e.carried = make([]balancer.Load, len(e.users))
 		}
 	}
 	if e.proxies[0].refresher != nil {
@@ -346,6 +380,14 @@ func (e *engine) run(stop <-chan struct{}) bool {
 			e.send(ev.arg)
 		case evFinish:
 			e.finish(ev.arg, ev.token)
+		case evAnswer:
+			if us := &e.users[ev.arg]; us.token == ev.token && us.state == returning {
+				var load balancer.Load
+				if e.carried != nil {
+					load = e.carried[ev.arg]
+				}
+				e.answer(ev.arg, load)
+			}
 		case evRefused:
 			e.refused(ev.arg, ev.token)
 		case evOn:
@@ -426,12 +468,13 @@ func (e *engine) attempt(u int32, req balancer.Request) {
 	s := &e.servers[ep.index]
 	s.sent++
 	s.stepSent[e.now/e.step]++
+	e.track(us.proxy, ep.index)
 	us.backend = ep.index
 	us.sentAt = e.now
 	us.token++
 	if !s.alive {
 		us.state = refusing
-		e.q.pushLane(e.refuseLane, e.now+int64(RefuseTime), evRefused, u, us.token)
+		e.q.pushLane(e.refuseLane, e.now+int64(RefuseTime)+e.crossDelay(us), evRefused, u, us.token)
 		return
 	}
 	us.state = atServer
@@ -469,12 +512,28 @@ func (e *engine) finish(u int32, token uint32) {
 	}
 	// The answer carries the backend's report, and joins the backend's
 	// figures (its latency estimate, its rate) once it has left.
-	r := balancer.Result{Latency: time.Duration(e.now - us.sentAt)}
+	var load balancer.Load
 	if s.meter != nil {
-		r.Load = s.meter.report(e.now, e.delay, s.inflight)
+		load = s.meter.report(e.now, e.delay, s.inflight)
 		s.meter.answered(e.now - us.sentAt)
 	}
-	e.done(us, r)
+	if d := e.crossDelay(us); d > 0 {
+		// The backend is free; the answer reaches the proxy d later.
+		us.state = returning
+		if e.carried != nil {
+			e.carried[u] = load
+		}
+		e.q.pushLane(e.crossLane, e.now+d, evAnswer, u, us.token)
+		return
+	}
+	e.answer(u, load)
+}
+
+// answer is the answer to user u's attempt, with the backend's report,
+// reaching its proxy.
+func (e *engine) answer(u int32, load balancer.Load) {
+	us := &e.users[u]
+	e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt), Load: load})
 	e.latency.Record(time.Duration(e.now - us.start))
 	if e.exact != nil {
 		e.exact = append(e.exact, time.Duration(e.now-us.start))
@@ -511,7 +570,7 @@ func (e *engine) refused(u int32, token uint32) {
 	s := &e.servers[us.backend]
 	s.refusals++
 	failed := e.eps[us.backend].id
-	e.done(us, balancer.Result{Latency: RefuseTime, Err: s.refused})
+	e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt), Err: s.refused})
 	e.apply()
 	e.retryOrFail(u, failed)
 }
@@ -614,6 +673,7 @@ func (s *server) account(now, step int64) {
 	if s.inflight > 0 {
 		n := int64(s.inflight)
 		s.area += n * (now - s.last)
+		s.addSpans(n, now)
 		for t := s.last; t < now; {
 			k := t / step
 			next := min((k+1)*step, now)
@@ -641,6 +701,7 @@ func (e *engine) result(algo string, proxies int) Result {
 		Backends:  make([]BackendResult, len(e.servers)),
 	}
 	r.SetHistogram(&e.latency)
+	r.Extra = e.extras()
 	var sent int64
 	for i := range e.servers {
 		sent += e.servers[i].sent

@@ -124,8 +124,8 @@ func ExampleLoadScenarios() {
 	v := rep.Scenarios[0].Verdict()
 	fmt.Println(v.Versus)
 	// Output:
-	// antagonist-70: 118 users, backends 50ms:c=16:nb=8@1m0s,50ms:c=16,50ms:c=16,50ms:c=16
-	// antagonist-95: 160 users, backends 50ms:c=16:nb=8@1m0s,50ms:c=16,50ms:c=16,50ms:c=16
+	// antagonist-70: 118 users, backends 50ms:c=16:nb=8@1m0s,3x50ms:c=16
+	// antagonist-95: 160 users, backends 50ms:c=16:nb=8@1m0s,3x50ms:c=16
 	// hetero-70: 126 users, backends 50ms:c=32,50ms:c=16,50ms:c=8,50ms:c=4
 	// hetero-95: 171 users, backends 50ms:c=32,50ms:c=16,50ms:c=8,50ms:c=4
 	// report-driven or probing against local: wrr-reported's p99 is 25% below lrt's (100.0 ms against 132.5 ms)

@@ -58,6 +58,10 @@ type (
 		Metrics         []jsonMetric  `json:"metrics"`
 		Results         []jsonResult  `json:"results"`
 		Verdict         jsonVerdict   `json:"verdict"`
+		// The fleet's, left out for a scenario without them.
+		ProxyZones  []string `json:"proxy_zones,omitempty"`
+		CrossZoneMS float64  `json:"cross_zone_ms,omitempty"`
+		SubsetSize  int      `json:"subset_size,omitempty"`
 	}
 	jsonStage struct {
 		DurationS float64 `json:"duration_s"`
@@ -75,6 +79,7 @@ type (
 		Down      []jsonOutage `json:"down"`
 		// Neighbours is left out for a backend without one.
 		Neighbours []jsonNeighbour `json:"neighbours,omitempty"`
+		Zone       string          `json:"zone,omitempty"`
 	}
 	jsonNeighbour struct {
 		AtS    float64 `json:"at_s"`
@@ -122,6 +127,7 @@ type (
 		TradeOff string     `json:"trade_off"`
 		Handling string     `json:"handling,omitempty"`
 		Versus   string     `json:"versus,omitempty"`
+		Contrast string     `json:"contrast,omitempty"`
 		Lines    []string   `json:"lines"`
 	}
 	jsonLead struct {
@@ -191,6 +197,7 @@ func jsonScenarioOf(sr *ScenarioReport) jsonScenario {
 		Name: sc.Name, Proxies: sr.Proxies, Description: sc.Describe(), Users: sc.Users, PeakUsers: sc.PeakUsers(),
 		LengthS: sc.Length().Seconds(), ThinkMS: millis(sc.Think), CheckIntervalMS: millis(sc.Interval()),
 		ReportDelayMS: millis(sc.ReportDelay), ProbeRTTMS: millis(sc.RTT()),
+		ProxyZones: sc.ProxyZones, CrossZoneMS: millis(sc.CrossZone), SubsetSize: sc.SubsetSize,
 	}
 	for _, st := range sc.Stages {
 		js.Stages = append(js.Stages, jsonStage{DurationS: st.Duration.Seconds(), Target: st.Target})
@@ -200,7 +207,7 @@ func jsonScenarioOf(sr *ScenarioReport) jsonScenario {
 	}
 	for i, b := range sc.Backends {
 		jb := jsonBackend{Label: sc.Label(i), ID: sc.ID(i), LatencyMS: millis(b.Latency), JitterMS: millis(b.Jitter),
-			Sigma: b.Sigma, Samples: len(b.Samples), Weight: b.Weight, Capacity: b.Capacity, Down: []jsonOutage{}}
+			Sigma: b.Sigma, Samples: len(b.Samples), Weight: b.Weight, Capacity: b.Capacity, Down: []jsonOutage{}, Zone: b.Zone}
 		for _, o := range b.Down {
 			jb.Down = append(jb.Down, jsonOutage{AtS: o.At.Seconds(), UntilS: o.Until.Seconds()})
 		}
@@ -231,7 +238,7 @@ func jsonScenarioOf(sr *ScenarioReport) jsonScenario {
 		js.Results = append(js.Results, jr)
 	}
 	v := sr.Verdict()
-	js.Verdict = jsonVerdict{Variant: v.Variant.String(), TradeOff: v.TradeOff, Handling: v.Handling, Versus: v.Versus, Lines: v.Lines(sr.algorithms())}
+	js.Verdict = jsonVerdict{Variant: v.Variant.String(), TradeOff: v.TradeOff, Handling: v.Handling, Versus: v.Versus, Contrast: v.Contrast, Lines: v.Lines(sr.algorithms())}
 	for _, l := range v.Leads {
 		js.Verdict.Leads = append(js.Verdict.Leads, jsonLead{Metric: l.Metric.Name, Leaders: l.Algorithms, Value: l.Value, Next: l.Next, Others: l.Others})
 	}

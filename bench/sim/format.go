@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/lbkit/lbkit/subset"
 )
 
 // WriteText writes one aligned table per scenario and number of proxies,
@@ -131,13 +133,53 @@ func (s *Scenario) Describe() string {
 			break
 		}
 	}
+	if len(s.ProxyZones) > 0 {
+		b.WriteString(", proxies in zones " + joinRuns(s.ProxyZones, "×", ", "))
+	}
+	if s.CrossZone > 0 {
+		fmt.Fprintf(&b, ", %v more across zones", s.CrossZone)
+	}
+	for _, v := range s.RunVariants() {
+		if v&Subset != 0 {
+			size := s.SubsetSize
+			if size == 0 {
+				size = subset.DefaultSize
+			}
+			fmt.Fprintf(&b, ", subsets of %d", size)
+			break
+		}
+	}
 	return b.String()
 }
 
+// joinRuns joins xs with sep, a run of n equal neighbours as one: "a×5"
+// with times "×" (the proxies' zones), "14x10ms" with "x" (ParseBackends'
+// repeat).
+func joinRuns(xs []string, times, sep string) string {
+	var parts []string
+	for i := 0; i < len(xs); {
+		j := i + 1
+		for j < len(xs) && xs[j] == xs[i] {
+			j++
+		}
+		switch n := strconv.Itoa(j - i); {
+		case j-i == 1:
+			parts = append(parts, xs[i])
+		case times == "×":
+			parts = append(parts, xs[i]+times+n)
+		default:
+			parts = append(parts, n+times+xs[i])
+		}
+		i = j
+	}
+	return strings.Join(parts, sep)
+}
+
 // DescribeBackends lists the backends in ParseBackends' syntax, so that the
-// line can be pasted into lbsim's -backends; a backend with measured
-// Samples shows their median and number ("48ms:samples=1200:name=api"),
-// which only a -backends-file gives.
+// line can be pasted into lbsim's -backends, neighbours that are alike as
+// one ("300x10ms:s=0.5:c=4"); a backend with measured Samples shows their
+// median and number ("48ms:samples=1200:name=api"), which only a
+// -backends-file gives.
 func (s *Scenario) DescribeBackends() string {
 	parts := make([]string, len(s.Backends))
 	for i, b := range s.Backends {
@@ -173,9 +215,12 @@ func (s *Scenario) DescribeBackends() string {
 		if b.Name != "" {
 			fmt.Fprintf(&p, ":name=%s", b.Name)
 		}
+		if b.Zone != "" {
+			fmt.Fprintf(&p, ":zone=%s", b.Zone)
+		}
 		parts[i] = p.String()
 	}
-	return strings.Join(parts, ",")
+	return joinRuns(parts, "x", ",")
 }
 
 // Labels returns the backends' labels joined by '/', the order of the

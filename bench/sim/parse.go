@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,24 +21,44 @@ import (
 //	50ms:down=1m-1m30s:down=2m-2m10s   dead twice
 //	50ms:c=16:nb=8@1m                  a neighbour takes 8 of its 16 slots from 1m
 //	50ms:name=fast                     "fast" in tables
+//	10ms:zone=a                        in zone a
+//	3x50ms:c=8,150ms                   three backends alike, then a fourth
 //
 // Options: w= weight (Backend.Weight), c= capacity (Backend.Capacity), j=
 // jitter (Backend.Jitter), s= sigma (Backend.Sigma), down=AT or AT-UNTIL
 // (Backend.Down, repeatable), nb=TAKES@AT or TAKES@AT-UNTIL
-// (Backend.Neighbours, repeatable), name= label (Backend.Name). Durations use Go's
-// syntax (time.ParseDuration). Errors wrap ErrScenario; values are checked
-// further by Scenario.Validate.
+// (Backend.Neighbours, repeatable), name= label (Backend.Name), zone=
+// zone (Backend.Zone). A leading Nx repeats the backend N times, up to
+// MaxBackends in all. Durations use Go's syntax (time.ParseDuration).
+// Errors wrap ErrScenario; values are checked further by
+// Scenario.Validate.
 func ParseBackends(spec string) ([]Backend, error) {
 	if strings.TrimSpace(spec) == "" {
 		return nil, fmt.Errorf("%w: empty backend list", ErrScenario)
 	}
 	var out []Backend
 	for i, item := range strings.Split(spec, ",") {
-		b, err := parseBackend(strings.TrimSpace(item))
+		item = strings.TrimSpace(item)
+		n := 1
+		if count, rest, ok := strings.Cut(item, "x"); ok && count != "" && strings.Trim(count, "0123456789") == "" {
+			var err error
+			if n, err = strconv.Atoi(count); err != nil || n < 1 || n > MaxBackends-len(out) {
+				return nil, fmt.Errorf("%w: backend %d %q: repeat %s: want 1 to %d backends in all", ErrScenario, i+1, item, count, MaxBackends)
+			}
+			item = rest
+		}
+		b, err := parseBackend(item)
 		if err != nil {
 			return nil, fmt.Errorf("%w: backend %d %q: %v", ErrScenario, i+1, item, err)
 		}
-		out = append(out, b)
+		if len(out) == MaxBackends {
+			return nil, fmt.Errorf("%w: more than %d backends", ErrScenario, MaxBackends)
+		}
+		for range n {
+			out = append(out, b)
+			out[len(out)-1].Down = slices.Clone(b.Down)
+			out[len(out)-1].Neighbours = slices.Clone(b.Neighbours)
+		}
 	}
 	return out, nil
 }
@@ -65,6 +86,8 @@ func parseBackend(item string) (Backend, error) {
 			b.Sigma, err = strconv.ParseFloat(val, 64)
 		case "name":
 			b.Name = val
+		case "zone":
+			b.Zone = val
 		case "down":
 			var o Outage
 			at, until, ranged := strings.Cut(val, "-")
@@ -89,7 +112,7 @@ func parseBackend(item string) (Backend, error) {
 		case "samples":
 			return b, errors.New("samples: measured latencies come from a file (lbsim -backends-file), not -backends")
 		default:
-			return b, fmt.Errorf("unknown option %q (want w, c, j, s, down, nb or name)", key)
+			return b, fmt.Errorf("unknown option %q (want w, c, j, s, down, nb, name or zone)", key)
 		}
 		if err != nil {
 			return b, fmt.Errorf("option %s: %v", key, err)

@@ -16,6 +16,7 @@ const (
 	evProbeArrive              // a probe reaches its backend
 	evProbeAnswer              // a probe's answer reaches its proxy
 	evRefresh                  // pickers that weigh reports recompute their weights
+	evAnswer                   // a backend's answer, crossing zones, reaches the user's proxy
 )
 
 // event is one thing due at a virtual time. Events due at the same time run

@@ -16,8 +16,8 @@ type Options struct {
 	// Seed makes the runs repeatable: the same seed gives the same Report.
 	Seed uint64
 	// Proxies lists the numbers of independent picker instances to split
-	// the users over; each scenario is played once per entry. Empty means
-	// [1].
+	// the users over; each scenario is played once per entry, but for one
+	// with Scenario.Proxies set, played once with those. Empty means [1].
 	Proxies []int
 	// Workers is the number of runs played at once; zero means
 	// runtime.GOMAXPROCS(0), or fewer when so many runs of the largest
@@ -51,8 +51,8 @@ func RunContext(ctx context.Context, scenarios []Scenario, algos []bench.Algorit
 		proxies = []int{1}
 	}
 	for _, m := range proxies {
-		if m < 1 {
-			return nil, fmt.Errorf("%w: %d proxies, want at least 1", ErrScenario, m)
+		if m < 1 || m > MaxProxies {
+			return nil, fmt.Errorf("%w: %d proxies, want 1 to %d", ErrScenario, m, MaxProxies)
 		}
 	}
 	if len(algos) == 0 {
@@ -74,13 +74,20 @@ func RunContext(ctx context.Context, scenarios []Scenario, algos []bench.Algorit
 	}
 	rep := &Report{Seed: opt.Seed, Source: simulation}
 	var jobs []job
-	for _, m := range proxies {
+	for k, m := range proxies {
 		for _, sc := range scenarios {
-			sr := ScenarioReport{Scenario: sc, Proxies: m}
-			seed := jobSeed(opt.Seed, sc.Name, m)
+			n := m
+			if sc.Proxies > 0 {
+				if k > 0 {
+					continue // a fleet of its own is played once
+				}
+				n = sc.Proxies
+			}
+			sr := ScenarioReport{Scenario: sc, Proxies: n}
+			seed := jobSeed(opt.Seed, sc.Name, n)
 			for _, v := range sc.RunVariants() {
 				for _, a := range algos {
-					jobs = append(jobs, job{len(rep.Scenarios), len(sr.Results), sc, v, a, m, seed})
+					jobs = append(jobs, job{len(rep.Scenarios), len(sr.Results), sc, v, a, n, seed})
 					sr.Results = append(sr.Results, Result{})
 				}
 			}

@@ -40,6 +40,12 @@ const (
 	// speaks of another load than the one it is used for, and the history
 	// each backend keeps for it grows with the delay.
 	MaxReportDelay = time.Minute
+	// MaxProxies bounds Scenario.Proxies and lbsim's -proxies: each proxy
+	// holds a picker over every backend.
+	MaxProxies = 10_000
+	// MaxBackends bounds the backends ParseBackends returns, repeats
+	// included ("300x10ms").
+	MaxBackends = 10_000
 	// MaxLength bounds every time a scenario holds: its length (the sum
 	// of its stages), its think time and check interval, each backend's
 	// latency and the end of each outage. 10,000 hours is over a year,
@@ -96,6 +102,33 @@ type Scenario struct {
 	// scenarios: the pickers that weigh reports or probes against
 	// leastconn and lrt).
 	Versus *Versus
+
+	// The fleet: how many proxies, where they run, what lies between
+	// zones (see "Fleets" in the package doc). Zero for the default
+	// scenarios.
+
+	// Proxies, when positive, is the number of proxies Run plays the
+	// scenario with, once, whatever Options.Proxies says: zones and fleet
+	// are fleets of a given shape. Zero: once per entry of
+	// Options.Proxies. Simulate takes the count it is given. At most
+	// MaxProxies.
+	Proxies int
+	// ProxyZones gives each proxy a zone: proxy p runs in zone
+	// ProxyZones[p mod len(ProxyZones)]. Empty: the proxies run in no
+	// zone. Names must not be empty.
+	ProxyZones []string
+	// CrossZone is the network time added to an attempt from a proxy in
+	// one zone to a backend in another (both set): the answer reaches the
+	// proxy that much later, and a refusal too. The backend is not held
+	// meanwhile. At most MaxLength.
+	CrossZone time.Duration
+	// SubsetSize is the number of backends each proxy talks to under the
+	// Subset variant; zero means subset.DefaultSize (20).
+	SubsetSize int
+	// Contrast, when not nil, names the variant the scenario is about and
+	// the one to set it against: the verdict judges Contrast.Variant's
+	// runs, and adds a line comparing one algorithm's figures under both.
+	Contrast *Contrast
 }
 
 // Versus names two groups of algorithms the verdict compares by their
@@ -107,6 +140,19 @@ type Versus struct {
 	Name, Against string
 	// Algorithms and Baselines are the groups' algorithms.
 	Algorithms, Baselines []string
+}
+
+// Contrast sets one algorithm's runs under two variants side by side in
+// the verdict (Verdict.Contrast): the scenario's own figures (Metrics) and
+// its p99, as "locality against active+passive+retry, leastconn: ...".
+// The line is left out when either run is missing (another -algos or
+// -variants).
+type Contrast struct {
+	// Variant is the one the scenario is about, which the verdict judges;
+	// Against is the one it is compared with.
+	Variant, Against Variant
+	// Algorithm is the algorithm whose two runs are compared.
+	Algorithm string
 }
 
 // Backend describes one simulated upstream. Its service time is Latency,
@@ -147,6 +193,11 @@ type Backend struct {
 	// which the proxies cannot see, takes part of its Capacity (which
 	// must be set): a noisy neighbour, a batch job, a CPU antagonist.
 	Neighbours []Neighbour
+	// Zone is where the backend runs, as the pickers see it
+	// (balancer.Locality's Zone; package locality routes by it); ""
+	// means no zone. An attempt from a proxy in another zone takes
+	// Scenario.CrossZone more.
+	Zone string
 }
 
 // Neighbour is a span during which a neighbour takes Takes of a backend's
@@ -181,9 +232,11 @@ type Stage struct {
 	Target   int
 }
 
-// Variant is a set of failure-handling features wrapped around the picker.
-// Health checks use package health; retries are the caller's, as in a real
-// proxy.
+// Variant is a set of features wrapped around each proxy's picker: failure
+// handling (health checks use package health; retries are the caller's,
+// as in a real proxy) and the fleet's decorators (packages locality and
+// subset). They stack as the decorators' docs say: subset ▶ health ▶
+// locality ▶ the algorithm, one per zone.
 type Variant uint8
 
 const (
@@ -203,9 +256,23 @@ const (
 	// again only because the users' requests are idempotent GETs; lbhttp
 	// would not resend a POST).
 	Retry
+	// Locality wraps the picker in package locality: one picker per zone
+	// of the backends, the proxy's zone its Config.Zone and the users of
+	// each zone's proxies its Config.Callers, so that requests stay in
+	// the proxy's zone while it has capacity (Envoy's zone-aware
+	// routing). Health, with Active or Passive, goes around it and hands
+	// it every backend with its health.
+	Locality
+	// Subset wraps the picker, and health around it, in package subset,
+	// deterministic mode: proxy p of M is Index p of Count M and talks to
+	// Scenario.SubsetSize backends.
+	Subset
 	// None is the bare picker.
 	None Variant = 0
 )
+
+// features are the known Variant bits.
+const features = Active | Passive | Retry | Locality | Subset
 
 // MaxAttempts is the number of attempts a request gets with Retry.
 const MaxAttempts = 3
@@ -213,19 +280,19 @@ const MaxAttempts = 3
 // Health reports whether v needs the health wrapper.
 func (v Variant) Health() bool { return v&(Active|Passive) != 0 }
 
-// String returns the features joined by '+', such as "active+passive", or
-// "none".
+// String returns the features joined by '+', such as "active+passive" or
+// "locality+subset", or "none".
 func (v Variant) String() string {
 	if v == None {
 		return "none"
 	}
 	var parts []string
-	for f := Active; f <= Retry; f <<= 1 {
+	for f := Active; f <= Subset; f <<= 1 {
 		if v&f != 0 {
 			parts = append(parts, f.feature())
 		}
 	}
-	if rest := v &^ (Active | Passive | Retry); rest != 0 {
+	if rest := v &^ features; rest != 0 {
 		parts = append(parts, fmt.Sprintf("0x%x", uint8(rest)))
 	}
 	return strings.Join(parts, "+")
@@ -240,12 +307,16 @@ func (v Variant) feature() string {
 		return "passive"
 	case Retry:
 		return "retry"
+	case Locality:
+		return "locality"
+	case Subset:
+		return "subset"
 	}
 	return ""
 }
 
 // ParseVariant parses what String returns: "none", or features among
-// "active", "passive" and "retry" joined by '+'.
+// "active", "passive", "retry", "locality" and "subset" joined by '+'.
 func ParseVariant(s string) (Variant, error) {
 	if s == "none" {
 		return None, nil
@@ -253,13 +324,13 @@ func ParseVariant(s string) (Variant, error) {
 	var v Variant
 next:
 	for _, part := range strings.Split(s, "+") {
-		for f := Active; f <= Retry; f <<= 1 {
+		for f := Active; f <= Subset; f <<= 1 {
 			if part == f.feature() {
 				v |= f
 				continue next
 			}
 		}
-		return 0, fmt.Errorf("%w: variant %q: want none, or active, passive and retry joined by '+'", ErrScenario, s)
+		return 0, fmt.Errorf("%w: variant %q: want none, or active, passive, retry, locality and subset joined by '+'", ErrScenario, s)
 	}
 	return v, nil
 }
@@ -577,7 +648,7 @@ func (s *Scenario) Validate() error {
 		return bad("check interval %v: want zero (the default) or from 1ms to %v", s.CheckInterval, MaxLength)
 	}
 	for _, v := range s.Variants {
-		if v&^(Active|Passive|Retry) != 0 {
+		if v&^features != 0 {
 			return bad("unknown variant %v", v)
 		}
 	}
@@ -586,6 +657,9 @@ func (s *Scenario) Validate() error {
 	}
 	if s.ProbeRTT < 0 || s.ProbeRTT > MaxLength {
 		return bad("probe round trip %v outside [0, %v]", s.ProbeRTT, MaxLength)
+	}
+	if err := s.validateFleet(); err != nil {
+		return bad("%v", err)
 	}
 	ids := make(map[string]bool, len(s.Backends))
 	for i, b := range s.Backends {

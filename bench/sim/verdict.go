@@ -19,7 +19,8 @@ const Tie = 0.01
 type Verdict struct {
 	// Variant is the failure handling judged, when the scenario compares
 	// several: the one whose runs fail the fewest user requests together
-	// (on a tie, the one that serves the most; then the later one).
+	// (on a tie, the one that serves the most; then the later one); or,
+	// when the scenario has a Contrast that ran, the variant it is about.
 	Variant Variant
 	// Leads has one entry per metric the verdict ranks by (those with a
 	// Leader that the runs report), in table order.
@@ -35,6 +36,12 @@ type Verdict struct {
 	// p99 is 41% below lrt's (60.2 against 102.3 ms)"; empty without a
 	// Versus, or when a group has no run that served a request.
 	Versus string
+	// Contrast sets one algorithm's figures under the scenario's
+	// Contrast variants side by side, in a line: "leastconn with
+	// locality against without: in zone % before: 96.7 against 33.9;
+	// ...; p99 ms: 30.1 against 32.4"; empty without a Contrast, or when
+	// either run is missing.
+	Contrast string
 }
 
 // Lead is who leads by one metric in a scenario.
@@ -56,6 +63,9 @@ type Lead struct {
 func (sr *ScenarioReport) judged() (Variant, []*Result) {
 	vs := sr.Scenario.RunVariants()
 	best, bestErrs, bestRPS := vs[0], int64(math.MaxInt64), -1.0
+	if c := sr.Scenario.Contrast; c != nil && slices.Contains(vs, c.Variant) {
+		vs = []Variant{c.Variant}
+	}
 	for _, v := range vs {
 		var errs int64
 		var rps float64
@@ -145,6 +155,7 @@ func (sr *ScenarioReport) Verdict() Verdict {
 	if vs := sr.Scenario.Versus; vs != nil {
 		vd.Versus = versus(vs, rs)
 	}
+	vd.Contrast = sr.contrast()
 	if vs := sr.Scenario.RunVariants(); len(vs) > 1 {
 		parts := make([]string, len(vs))
 		for i, variant := range vs {
@@ -156,8 +167,12 @@ func (sr *ScenarioReport) Verdict() Verdict {
 			}
 			parts[i] = fmt.Sprintf("%v %d", variant, errs)
 		}
-		vd.Handling = fmt.Sprintf("failure handling, errors of all algorithms together: %s; judged under %v",
-			strings.Join(parts, ", "), v)
+		what := "failure handling"
+		if sr.Scenario.Contrast != nil {
+			what = "variants"
+		}
+		vd.Handling = fmt.Sprintf("%s, errors of all algorithms together: %s; judged under %v",
+			what, strings.Join(parts, ", "), v)
 	}
 	return vd
 }
@@ -192,6 +207,43 @@ func versus(vs *Versus, rs []*Result) string {
 	}
 	return fmt.Sprintf("%s against %s: %s's p99 is %s %s's (%s against %s)", vs.Name, vs.Against, a.Algorithm, how, b.Algorithm,
 		valueText(m, pa), valueText(m, qb))
+}
+
+// contrast is Verdict.Contrast's line.
+func (sr *ScenarioReport) contrast() string {
+	c := sr.Scenario.Contrast
+	if c == nil {
+		return ""
+	}
+	run := func(v Variant) *Result {
+		for i := range sr.Results {
+			if r := &sr.Results[i]; r.Variant == v && r.Algorithm == c.Algorithm {
+				return r
+			}
+		}
+		return nil
+	}
+	a, b := run(c.Variant), run(c.Against)
+	if a == nil || b == nil {
+		return ""
+	}
+	var parts []string
+	ms := append(slices.Clone(sr.Scenario.Metrics), Metrics()...)
+	for _, m := range ms {
+		if m.Label == "" || m.value != nil && m.Name != "p99_ms" {
+			continue // the scenario's own figures, and the p99
+		}
+		va, okA := m.Value(a)
+		vb, okB := m.Value(b)
+		if okA && okB {
+			parts = append(parts, fmt.Sprintf("%s: %s against %s", m.Label, m.Format(va), m.Format(vb)))
+		}
+	}
+	how := fmt.Sprintf("under %v against %v", c.Variant, c.Against)
+	if added := c.Variant &^ c.Against; c.Against&^c.Variant == 0 && added != 0 {
+		how = fmt.Sprintf("with %v against without", added)
+	}
+	return fmt.Sprintf("%s %s: %s", c.Algorithm, how, strings.Join(parts, "; "))
 }
 
 // find returns the result of the named algorithm in rs, or nil.
@@ -369,6 +421,9 @@ func (v *Verdict) Lines(algorithms int) []string {
 	}
 	if v.Versus != "" {
 		out = append(out, v.Versus)
+	}
+	if v.Contrast != "" {
+		out = append(out, v.Contrast)
 	}
 	return out
 }

@@ -132,7 +132,7 @@ func TestLoadScenarios(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, errs, "lbsim: 78 runs in ", "3 scenarios, 2 proxy counts, 13 algorithms")
 	for _, want := range []string{"hetero-70, 1 proxy: 126 users", "hetero-95, 10 proxies: 171 users", "antagonist-95, 1 proxy: 160 users",
-		"backends 50ms:c=16:nb=8@3.333s,50ms:c=16,50ms:c=16,50ms:c=16", "probes/req", "\nprequal ", "\nwrr-reported ", "\nleastconn-reports ",
+		"backends 50ms:c=16:nb=8@3.333s,3x50ms:c=16", "probes/req", "\nprequal ", "\nwrr-reported ", "\nleastconn-reports ",
 		"  report-driven or probing against local: ", "summary, 10 proxies, over 3 scenarios (hetero-70, hetero-95, antagonist-95)"} {
 		assert.Contains(t, out, want)
 	}
