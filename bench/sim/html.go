@@ -343,17 +343,19 @@ type scales struct{ inFlight, attempts, errors, users float64 }
 
 func (sr *ScenarioReport) scales() scales {
 	var s scales
+	groups := sr.Scenario.chartGroups()
 	for i := range sr.Results {
 		se := &sr.Results[i].Series
-		for b := range se.InFlight {
-			for k, v := range se.InFlight[b] {
+		in, peaks, attempts := groupSeries(groups, se)
+		for g := range in {
+			for k, v := range in[g] {
 				s.inFlight = max(s.inFlight, v)
-				if se.PeakInFlight != nil {
-					s.inFlight = max(s.inFlight, float64(se.PeakInFlight[b][k]))
+				if peaks != nil {
+					s.inFlight = max(s.inFlight, peaks[g][k])
 				}
 			}
 		}
-		for _, l := range se.RPS {
+		for _, l := range attempts {
 			for _, v := range l {
 				s.attempts = max(s.attempts, v)
 			}
@@ -389,9 +391,14 @@ func (sr *ScenarioReport) writeOverTime(w *bufio.Writer, v Verdict) {
 		return false
 	}()
 	step := sr.Results[0].Series.Step
+	groups := sc.chartGroups()
+	colours, labels := make([]string, len(groups)), make([]string, len(groups))
+	for g := range groups {
+		colours[g], labels[g] = palette(g), groups[g].name
+	}
 	w.WriteString("<h3>Over time</h3>\n<p class=\"legend\">")
-	for b := range sc.Backends {
-		fmt.Fprintf(w, `<span><i style="background:%s"></i>%s</span>`, palette(b), esc(sc.Label(b)))
+	for g := range groups {
+		fmt.Fprintf(w, `<span><i style="background:%s"></i>%s</span>`, colours[g], esc(labels[g]))
 	}
 	if _, ok := sc.FirstOutage(); ok {
 		w.WriteString(`<span><i style="background:#f6caca;height:.8em"></i>outage</span>`)
@@ -399,6 +406,9 @@ func (sr *ScenarioReport) writeOverTime(w *bufio.Writer, v Verdict) {
 	w.WriteString("</p>\n")
 	fmt.Fprintf(w, "<p class=\"note\">Each point is one %v bin (%d bins over %v): in flight is the time-weighted mean of requests at the backend, queued ones included, and the faint line the bin's peak (the table's peak is the highest over the run); attempts/s counts attempts sent to the backend in the bin. Every chart of a kind in this section has the same scale; hover for the values.</p>\n",
 		step, len(sr.Results[0].Series.Users), sc.Length())
+	if len(groups) < len(sc.Backends) {
+		fmt.Fprintf(w, "<p class=\"note\">With %d backends, each line is a group of them: the mean per backend of the group, the faint line the peak of any one.</p>\n", len(sc.Backends))
+	}
 	w.WriteString("<div class=\"grid\">\n<figure><figcaption>Users</figcaption>\n")
 	users := make([]float64, len(sr.Results[0].Series.Users))
 	for k, u := range sr.Results[0].Series.Users {
@@ -423,20 +433,9 @@ func (sr *ScenarioReport) writeOverTime(w *bufio.Writer, v Verdict) {
 			}
 			se := &res.Series
 			fmt.Fprintf(w, "<figure><figcaption>%s</figcaption>\n", esc(res.Algorithm))
-			colours, labels := make([]string, len(sc.Backends)), make([]string, len(sc.Backends))
-			for b := range sc.Backends {
-				colours[b], labels[b] = palette(b), sc.Label(b)
-			}
-			var peaks [][]float64
-			for _, p := range se.PeakInFlight {
-				f := make([]float64, len(p))
-				for k, n := range p {
-					f[k] = float64(n)
-				}
-				peaks = append(peaks, f)
-			}
-			lineChart(w, sc, step, chartSpec{title: "requests in flight", height: inFlightH, top: s.inFlight, lines: se.InFlight, faint: peaks, colours: colours, names: labels})
-			lineChart(w, sc, step, chartSpec{title: "attempts/s sent", height: attemptsH, top: s.attempts, lines: se.RPS, colours: colours, names: labels})
+			in, peaks, attempts := groupSeries(groups, se)
+			lineChart(w, sc, step, chartSpec{title: "requests in flight", height: inFlightH, top: s.inFlight, lines: in, faint: peaks, colours: colours, names: labels})
+			lineChart(w, sc, step, chartSpec{title: "attempts/s sent", height: attemptsH, top: s.attempts, lines: attempts, colours: colours, names: labels})
 			if anyErrors {
 				lineChart(w, sc, step, chartSpec{title: "failed user requests/s", height: errorsH, top: s.errors, lines: [][]float64{se.Errors}, colours: []string{errorColour}, names: []string{"errors/s"}})
 			}
@@ -484,10 +483,11 @@ func lineChart(w *bufio.Writer, sc *Scenario, step time.Duration, c chartSpec) {
 		fmt.Fprintf(w, `<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="%s" stroke-dasharray="3 2"/>`, x(from), padT, x(from), padT+plotH, stroke)
 		fmt.Fprintf(w, `<text x="%.1f" y="%g" fill="%s">%s</text>`, x(from)+3, padT+11, stroke, esc(label))
 	}
+	for _, d := range sc.downs() {
+		o := d.outage
+		span(o.At, o.Until, "#fbe3e3", errorColour, fmt.Sprintf("%s down from %v%s", d.who, o.At, untilText(o)), d.who+" down")
+	}
 	for i, b := range sc.Backends {
-		for _, o := range b.Down {
-			span(o.At, o.Until, "#fbe3e3", errorColour, fmt.Sprintf("%s down from %v%s", sc.Label(i), o.At, untilText(o)), sc.Label(i)+" down")
-		}
 		for _, n := range b.Neighbours {
 			span(n.At, n.Until, "#fdf1d8", neighbourColour, fmt.Sprintf("a neighbour takes %d of %s's %d slots from %v%s",
 				n.Takes, sc.Label(i), b.Capacity, n.At, untilText(Outage{n.At, n.Until})), sc.Label(i)+" neighbour")
@@ -556,6 +556,123 @@ func lineChart(w *bufio.Writer, sc *Scenario, step time.Duration, c chartSpec) {
 			x(from.Seconds()), padT, max(x(to.Seconds())-x(from.Seconds()), 0.5), plotH, esc(title.String()))
 	}
 	w.WriteString("</svg>\n")
+}
+
+// chartGroup is a line of the over-time charts: one backend, or, with
+// more than maxListed, a group of them.
+type chartGroup struct {
+	name    string
+	members []int
+}
+
+// chartGroups returns the lines of the over-time charts: a backend each
+// up to maxListed backends; beyond, one per zone ("zone a, 14 backends"),
+// or a single one for every backend without zones.
+func (s *Scenario) chartGroups() []chartGroup {
+	var out []chartGroup
+	if len(s.Backends) <= maxListed {
+		for i := range s.Backends {
+			out = append(out, chartGroup{name: s.Label(i), members: []int{i}})
+		}
+		return out
+	}
+	byZone := map[string]int{}
+	for i, b := range s.Backends {
+		g, ok := byZone[b.Zone]
+		if !ok {
+			g = len(out)
+			byZone[b.Zone] = g
+			out = append(out, chartGroup{})
+		}
+		out[g].members = append(out[g].members, i)
+	}
+	for g := range out {
+		z := s.Backends[out[g].members[0]].Zone
+		switch n := plural(len(out[g].members), "backend", "backends"); {
+		case len(out) == 1:
+			out[g].name = "all " + n
+		case z == "":
+			out[g].name = "no zone, " + n
+		default:
+			out[g].name = "zone " + z + ", " + n
+		}
+	}
+	return out
+}
+
+// groupSeries returns se's in-flight means, peaks (nil if se has none)
+// and attempts per second by group: the mean per backend of its members,
+// and the highest peak of any.
+func groupSeries(groups []chartGroup, se *Series) (in, peaks, attempts [][]float64) {
+	mean := func(lines [][]float64, members []int) []float64 {
+		var out []float64
+		for _, b := range members {
+			if b >= len(lines) {
+				continue
+			}
+			if out == nil {
+				out = make([]float64, len(lines[b]))
+			}
+			for k, v := range lines[b] {
+				if k < len(out) {
+					out[k] += v / float64(len(members))
+				}
+			}
+		}
+		return out
+	}
+	for _, g := range groups {
+		in = append(in, mean(se.InFlight, g.members))
+		attempts = append(attempts, mean(se.RPS, g.members))
+		if se.PeakInFlight == nil {
+			continue
+		}
+		var top []float64
+		for _, b := range g.members {
+			if b >= len(se.PeakInFlight) {
+				continue
+			}
+			if top == nil {
+				top = make([]float64, len(se.PeakInFlight[b]))
+			}
+			for k, n := range se.PeakInFlight[b] {
+				if k < len(top) {
+					top[k] = max(top[k], float64(n))
+				}
+			}
+		}
+		peaks = append(peaks, top)
+	}
+	return in, peaks, attempts
+}
+
+// down is an outage of one or more backends, as the charts mark it.
+type down struct {
+	outage Outage
+	who    string // "50ms", or "7 backends"
+}
+
+// downs returns the backends' outages, those of several backends at the
+// same times as one.
+func (s *Scenario) downs() []down {
+	var out []down
+	count := map[Outage]int{}
+	first := map[Outage]int{}
+	for i, b := range s.Backends {
+		for _, o := range b.Down {
+			if count[o] == 0 {
+				first[o] = len(out)
+				out = append(out, down{outage: o, who: s.Label(i)})
+			}
+			count[o]++
+		}
+	}
+	for o, n := range count {
+		if n > 1 {
+			out[first[o]].who = plural(n, "backend", "backends")
+		}
+	}
+	return out
 }
 
 // untilText says when an outage ends: " to 1m30s", or "" for never.

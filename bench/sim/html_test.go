@@ -87,3 +87,30 @@ func TestHTMLNeighbour(t *testing.T) {
 	assert.Contains(t, page, ">50ms#1 neighbour</text>")
 	assert.Contains(t, page, "report-driven or probing against local: prequal&#39;s p99 is ")
 }
+
+// With more backends than the tables list, the charts draw a line per
+// zone, or one for all, and mark the backends that die together once:
+// the zones and fleet scenarios' pages stay small.
+func TestHTMLManyBackends(t *testing.T) {
+	var scs []sim.Scenario
+	for _, s := range sim.FleetScenarios() {
+		scs = append(scs, s.Scale(0.05))
+	}
+	rep, err := sim.Run(scs, []bench.Algorithm{algo(t, "rr")}, sim.Options{Seed: 1})
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteHTML(&buf))
+	page := buf.String()
+	sections := strings.Split(page, "<section")[1:]
+	require.Len(t, sections, 2)
+	zones, fleet := sections[0], sections[1]
+	for _, want := range []string{"zone a, 14 backends", "zone b, 10 backends", "zone c, 6 backends", "7 backends down</text>",
+		"With 30 backends, each line is a group of them"} {
+		assert.Contains(t, zones, want)
+	}
+	chart := strings.Split(zones, `aria-label="requests in flight"`)[1]
+	assert.Equal(t, 1, strings.Count(chart[:strings.Index(chart, "</svg>")], "down</text>"), "one mark for the seven")
+	assert.Contains(t, fleet, "all 300 backends")
+	assert.Regexp(t, `\nall 300 backends: [0-9.]+ \(peak \d+\)`, fleet, "hover: the group's values")
+	assert.Less(t, len(page), 400_000, "a line per group, not per backend")
+}
