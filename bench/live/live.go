@@ -204,6 +204,10 @@ func scaleScenario(sc sim.Scenario, f float64) (sim.Scenario, error) {
 	if sc.PeakUsers() > MaxUsers {
 		return sc, fmt.Errorf("%w: %s: %d users, more than the %d a live run plays", sim.ErrScenario, sc.Name, sc.PeakUsers(), MaxUsers)
 	}
+	if fleet := sc.Proxies > 0 || len(sc.ProxyZones) > 0 || sc.CrossZone > 0 ||
+		slices.ContainsFunc(sc.RunVariants(), func(v sim.Variant) bool { return v&(sim.Locality|sim.Subset) != 0 }); fleet {
+		return sc, fmt.Errorf("%w: %s: zones, fleets of proxies and the locality and subset variants are simulated only", sim.ErrScenario, sc.Name)
+	}
 	scale := func(d time.Duration) time.Duration {
 		return time.Duration(math.Round(float64(d)*f/1e3)) * time.Microsecond
 	}

@@ -14,6 +14,7 @@
 //	go run ./bench/cmd/lbsim -backends-file access.log -log-format '$remote_addr ... $upstream_addr $upstream_response_time'
 //	go run ./bench/cmd/lbsim -html report.html                 # tables, verdicts and charts
 //	go run ./bench/cmd/lbsim -json out.json -csv out.csv       # every figure, for other tools
+//	go run ./bench/cmd/lbsim -scenarios zones,fleet            # zone-aware routing and subsets, by name
 //	go run ./bench/cmd/lbsim -live -scenarios steady           # live, 18 s per algorithm
 //	go run ./bench/cmd/lbsim -live -scale 0.5 -algos rr,leastconn -duration 1m
 //	go run ./bench/cmd/lbsim -scenarios antagonist,hetero -proxies 1,10   # are load reports worth it?
@@ -32,8 +33,12 @@
 // trip; package bench/sim ("Load reports and probes") says how backends
 // report and answer.
 //
-// -json and -csv are described in package bench/sim ("Machine-readable
-// output"). Memory stays bounded whatever the number of users; runs that
+// The fleet scenarios, zones (locality against zone-blind routing) and
+// fleet (subsets of 20 against all-to-all), run only when named: each
+// brings its own backends and proxies (10 and 100), which -backends and
+// -proxies do not change, and they take about ten times the default
+// run's time (package bench/sim, "Fleets"). -json and -csv are described
+// in package bench/sim ("Machine-readable output"). Memory stays bounded whatever the number of users; runs that
 // would simulate more than -max-requests requests (2 billion, minutes of
 // work) are refused before they start, with the estimate. -live measures
 // the rig's own overhead first, refuses a scale at which it is a large

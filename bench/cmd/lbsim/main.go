@@ -281,16 +281,19 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	var (
 		scenarios = fs.String("scenarios", "", "scenarios to run, comma-separated: "+nameList(sim.Defaults(nil), scenarioName)+" (default: these six);\n"+
 			"or the load scenarios, whose backends report their load: "+nameList(sim.LoadScenarios(), scenarioName)+"\n"+
-			"(antagonist and hetero name both of theirs)")
+			"(antagonist and hetero name both of theirs); or the fleet scenarios, each with proxies and backends of its own: "+nameList(sim.FleetScenarios(), scenarioName))
 		algoList = fs.String("algos", "", "algorithms, comma-separated: "+nameList(algos, algoName)+"\n"+
 			"(default: all but "+nameList(bench.LoadAware(), algoName)+", which weigh load reports and probes; all with a load scenario)")
-		variants = fs.String("variants", "", "failure handling for every scenario, comma-separated: none, or active, passive, retry joined by '+'\n(default: none; the failure scenarios compare none,active,active+passive,active+passive+retry)")
+		variants = fs.String("variants", "", "failure handling and decorators for every scenario, comma-separated: none, or active, passive, retry, locality, subset joined by '+'\n"+
+			"(default: none; the failure scenarios compare none,active,active+passive,active+passive+retry; zones active+passive+retry\n"+
+			"with and without locality; fleet none,subset)")
 		seed     = fs.Uint64("seed", 1, "seed: the same seed prints the same tables")
 		duration = fs.Duration("duration", 0, "stretch or shrink each scenario to last this long, outage times included (default: as defined, 3m and 2m20s)")
 		users    = fs.Int("users", 0, "scale each profile so that it peaks at this many users (default: as defined, 100 or 250; 118 to 171 in the load scenarios)")
 		think    = fs.Duration("think", sim.DefaultThink, "time a user waits between an answer and its next request")
 		interval = fs.Duration("interval", sim.DefaultCheckInterval, "time between active health checks")
-		backends = fs.String("backends", "", "the backends, comma-separated: LATENCY[:w=WEIGHT][:c=CAPACITY][:j=JITTER|:s=SIGMA][:down=AT[-UNTIL]]...[:nb=TAKES@AT[-UNTIL]]...[:name=NAME]\n"+
+		backends = fs.String("backends", "", "the backends, comma-separated: LATENCY[:w=WEIGHT][:c=CAPACITY][:j=JITTER|:s=SIGMA][:down=AT[-UNTIL]]...[:nb=TAKES@AT[-UNTIL]]...[:name=NAME][:zone=ZONE],\n"+
+			"each optionally preceded by Nx for N alike (300x10ms:c=4);\n"+
 			"e.g. 50ms:w=6,150ms:w=3:c=8,300ms:j=50ms,500ms:s=0.5:down=1m-2m; weights are used by wrr only;\n"+
 			"nb= is a neighbour the proxies cannot see, taking TAKES of the backend's c= slots from AT (until UNTIL)\n"+
 			"(default 50ms:w=6,150ms:w=3,300ms:w=2,500ms:w=1; -cap scenarios give backends without c= a capacity of "+strconv.Itoa(sim.DefaultCapacity)+")\n"+
@@ -303,7 +306,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		reportDelay = fs.Duration("report-delay", 0, "how old the load report an answer carries is: the backend's state that long before (at most "+sim.MaxReportDelay.String()+")")
 		probeRTT    = fs.Duration("probe-rtt", sim.DefaultProbeRTT, "round trip of a probe from a probing picker (prequal) to a backend and back")
 		stages      = fs.String("stages", "", "user profile for every scenario: [START,]DURATION:TARGET,..., k6-style linear ramps, e.g. 0,30s:100,2m:100")
-		proxies     = fs.String("proxies", "1", "numbers of independent balancers the users are split over, comma-separated, e.g. 1,10")
+		proxies     = fs.String("proxies", "1", "numbers of independent balancers the users are split over, comma-separated, e.g. 1,10 (zones and fleet keep their own)")
 		markdown    = fs.Bool("markdown", false, "print Markdown tables")
 		html        = fs.String("html", "", "also write a self-contained HTML report with charts to this file (with -live: the live run's, and simulated vs live)")
 		jsonFile    = fs.String("json", "", "also write every figure of every run, the series, the verdicts and the flags to this file as JSON (with -live: both runs)")
@@ -373,8 +376,14 @@ flags:`)
 		picked = defaults
 	} else {
 		var err error
-		if picked, err = choose(groups(*scenarios, load), append(defaults, load...), scenarioName, "scenario"); err != nil {
+		all := append(append(defaults, load...), sim.FleetScenarios()...)
+		if picked, err = choose(groups(*scenarios, load), all, scenarioName, "scenario"); err != nil {
 			return nil, err
+		}
+	}
+	for _, s := range picked {
+		if bs != nil && s.Proxies > 0 {
+			return nil, fmt.Errorf("-scenarios %s: it has backends and proxies of its own; -backends and -backends-file do not apply", s.Name)
 		}
 	}
 	loaded := false // a load scenario was asked for
@@ -504,9 +513,12 @@ func readBackends(path, format string) ([]sim.Backend, error) {
 func checkWork(cfg *config, limit float64) error {
 	var total float64
 	runs, peak := 0, 0
-	for range cfg.opt.Proxies {
+	for k := range cfg.opt.Proxies {
 		for i := range cfg.scenarios {
 			sc := &cfg.scenarios[i]
+			if sc.Proxies > 0 && k > 0 {
+				continue // played once, with proxies of its own
+			}
 			n := len(sc.RunVariants()) * len(cfg.algos)
 			runs += n
 			total += float64(n) * sc.Requests()

@@ -76,6 +76,9 @@ func TestBadFlags(t *testing.T) {
 		{"neighbour live", []string{"-live", "-scenarios", "antagonist-70", "-algos", "rr"}, "backend 1 (50ms#1) has a neighbour, which only the simulator plays"},
 		{"load-aware live", []string{"-live", "-scenarios", "steady", "-algos", "rr,prequal"}, "prequal weighs load reports or probes"},
 		{"neighbour without capacity", []string{"-scenarios", "steady", "-backends", "50ms:nb=1@1m"}, "a neighbour takes part of a capacity"},
+		{"fleet with backends", []string{"-scenarios", "steady,zones", "-backends", "10ms"}, "-scenarios zones: it has backends and proxies of its own"},
+		{"fleet live", []string{"-live", "-scenarios", "fleet"}, "fleet: zones, fleets of proxies and the locality and subset variants are simulated only"},
+		{"locality live", []string{"-live", "-scenarios", "steady", "-variants", "locality"}, "simulated only"},
 		// A million users in every default scenario: hours, refused before
 		// anything starts, with the estimate.
 		{"too much work", []string{"-users", "1000000"}, "refusing to start: 120 runs would simulate up to 1.3e+11 requests (1000000 users at the peak)"},
@@ -151,6 +154,27 @@ func TestLoadScenarios(t *testing.T) {
 	assert.Contains(t, string(data), `"report_delay_ms": 2000`)
 	assert.Contains(t, string(data), `"probe_rtt_ms": 3`)
 	assert.Contains(t, string(data), `"versus": "report-driven or probing against local: wrr-reported's p99 is `)
+}
+
+// The fleet scenarios run by name, each once with its own proxies
+// whatever -proxies says, their figures in the table and the contrast in
+// the verdict.
+func TestFleetScenarios(t *testing.T) {
+	code, out, errs := runArgs("-scenarios", "zones,fleet", "-algos", "rr,leastconn", "-duration", "6s", "-proxies", "1,2")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "lbsim: 8 runs in ")
+	for _, want := range []string{
+		"zones, 10 proxies: 700 users for 6s, think 100ms, checks every 5s, proxies in zones a×5, b×3, c×2, 2ms more across zones",
+		"  backends 7x10ms:c=4:s=0.5:down=3s:name=a:zone=a,7x10ms:c=4:s=0.5:name=a:zone=a,10x10ms:c=4:s=0.5:name=b:zone=b,",
+		"in zone % before", "max load % during", "leastconn with locality against without: in zone % before: ",
+		"fleet, 100 proxies: 1000 users for 6s, think 100ms, subsets of 20",
+		"  backends 300x10ms:c=4:s=0.5\n",
+		"conns/backend", "rr with subset against without: conns/backend: 6.7 against 100.0; conns max: 7 against 100;",
+	} {
+		assert.Contains(t, out, want)
+	}
+	assert.NotContains(t, out, "zones, 2 proxies")
+	assert.NotContains(t, out, "fleet, 1 proxy")
 }
 
 func TestMarkdownAndHTML(t *testing.T) {
