@@ -120,11 +120,11 @@ func zoneLoads(sc *sim.Scenario, r *sim.Result, from, to time.Duration) map[stri
 // zone-blind leastconn's. The shares follow Envoy's arithmetic (see
 // package locality): zone a's callers are 50% and its backends 14/30, so
 // it keeps 14/15 of its traffic, 96.7% of all staying in zone; with 7 of
-// 14 left, it keeps 7/23 ÷ 1/2 of it, 76.9% of all.
+// 14 left, it keeps 7/23 ÷ 1/2 of it, 80.4% of all.
 //
 // The scenario runs at half its length (1 minute, the loss at 30 s) to
 // keep the suite's time under -race; the full one gives the same figures
-// within a point (package doc, "Fleets").
+// within a point (package doc, "Fleets, measured").
 func TestZones(t *testing.T) {
 	sc := fleetScenario(t, "zones").Scale(0.5)
 	c := sc.Contrast
@@ -162,9 +162,9 @@ func TestZones(t *testing.T) {
 // 20·100/300 = 6.67 proxies, 6 or 7, so round robin inside loads them
 // from −10% to +5% of the mean, whatever the length. Least connections
 // inside (two random choices over 20) adds the noise of its draws, which
-// shrinks with the requests: −14.1% to +10.5% over the scenario's minute,
-// −16.7% to +10.6% over the half minute run here (to keep the suite's
-// time under -race), so it is held to ±20%.
+// shrinks with the requests: −14.3% to +10.4% in lbsim's run of the
+// scenario's minute, −16.7% to +12.8% over the half minute run here (to
+// keep the suite's time under -race), so it is held to ±20%.
 func TestFleet(t *testing.T) {
 	sc := fleetScenario(t, "fleet").Scale(0.5)
 	for _, tc := range []struct {
