@@ -230,19 +230,23 @@
 //
 // What the simulator adds for them. A backend runs in a Zone, and proxy p
 // in ProxyZones[p mod n]; an attempt from one zone to another takes
-// CrossZone more, added on the answer's way back (the backend is free
-// once it has answered) and to a refusal; a backend dying under a request
-// resets it at once, wherever it comes from. Variant Locality wraps each
-// proxy's picker in locality.New, one picker of the algorithm per zone,
-// the proxy's zone its Config.Zone, the users of each zone's proxies its
-// Config.Callers and the proxy's seeded source its Rand; Subset wraps it
-// in subset.New in deterministic mode, proxy p being Index p of Count M.
-// With health, they stack as their docs say: subset ▶ health ▶ locality
-// ▶ the algorithm, so that health hands locality every backend with its
-// health. Every request carries its user's address as Key (for the hash
-// pickers), so locality draws each user's zone from its key: a user
-// keeps its zone, and the zones' shares come out as the users' hashes
-// fall, within a few points of the shares' arithmetic.
+// CrossZone more, added on the answer's way back (the backend is free once
+// it has answered, and the answer carries the report it left with) and to
+// a refusal; a backend dying under a request resets it at once, wherever
+// it comes from. Variant Locality wraps each proxy's picker in
+// locality.New, one picker of the algorithm per zone, the proxy's zone its
+// Config.Zone, the users of each zone's proxies its Config.Callers and the
+// proxy's seeded source its Rand; Subset wraps it in subset.New in
+// deterministic mode, proxy p being Index p of Count M. With health, they
+// stack as their docs say: subset ▶ health ▶ locality ▶ the algorithm, so
+// that health hands locality every backend with its health. Every request
+// carries its user's address as Key (for the hash pickers), so locality
+// draws each user's zone from its key: a user keeps its zone, and the
+// zones' shares come out as the users' hashes fall, within a few points of
+// the shares' arithmetic. A picker that runs a loop the simulator turns
+// (prequal's probes, wrr-reported's weights) is refused under Locality,
+// before any run starts: one per zone inside locality, the simulator
+// cannot reach them.
 //
 // # The model
 //

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -230,7 +231,15 @@ func (e *engine) picker(p int, a bench.Algorithm, callers map[string]int, rand f
 	if e.variant&Locality == 0 {
 		return a.Sim(rand, now), nil
 	}
-	l, err := locality.New(func() balancer.Balancer { return a.Sim(rand, now) }, locality.Config{
+	// The simulator turns the loops of the pickers it holds (probes,
+	// weights); one per zone inside locality it cannot reach, and its
+	// figures would be those of a picker whose loop never runs.
+	looped := false
+	l, err := locality.New(func() balancer.Balancer {
+		b := a.Sim(rand, now)
+		looped = looped || loops(b)
+		return b
+	}, locality.Config{
 		Zone:    e.sc.proxyZone(p),
 		Callers: callers,
 		Rand:    rand,
@@ -238,7 +247,48 @@ func (e *engine) picker(p int, a bench.Algorithm, callers map[string]int, rand f
 	if err != nil {
 		return nil, fmt.Errorf("sim: %s: locality: %w", a.Name, err)
 	}
+	if looped {
+		_ = l.Close()
+		return nil, errLoops(e.sc, a)
+	}
 	return l, nil
+}
+
+// loops reports whether b runs a loop the simulator turns: probes
+// (prober), weights (refresher).
+func loops(b balancer.Balancer) bool {
+	_, probes := b.(prober)
+	_, refreshes := b.(refresher)
+	return probes || refreshes
+}
+
+// errLoops is the error for algorithm a, whose pickers run a loop, under
+// the Locality variant of scenario sc.
+func errLoops(sc *Scenario, a bench.Algorithm) error {
+	return fmt.Errorf("%w: %s: %s runs a loop of its own (probes, weights), which the simulator cannot turn inside locality; leave it out (-algos) or run it without locality",
+		ErrScenario, sc.Name, a.Name)
+}
+
+// checkLoops refuses, before any run starts, a scenario with the
+// Locality variant played with an algorithm whose pickers run a loop.
+func checkLoops(sc *Scenario, algos []bench.Algorithm) error {
+	if !slices.ContainsFunc(sc.RunVariants(), func(v Variant) bool { return v&Locality != 0 }) {
+		return nil
+	}
+	for _, a := range algos {
+		if a.Sim == nil {
+			continue
+		}
+		b := a.Sim(nil, nil)
+		looped := loops(b)
+		if c, ok := b.(io.Closer); ok {
+			_ = c.Close()
+		}
+		if looped {
+			return errLoops(sc, a)
+		}
+	}
+	return nil
 }
 
 // subset returns bal inside package subset, proxy p being Index p of

@@ -43,16 +43,18 @@ func figure(t *testing.T, r *sim.Result, name string) float64 {
 type latencyRecorder struct {
 	*rr.Picker
 	latencies map[string][]time.Duration
+	rates     map[string]float64 // the last report's RPS
 }
 
 func (r *latencyRecorder) Done(b balancer.Backend, res balancer.Result) {
 	r.latencies[b.ID()] = append(r.latencies[b.ID()], res.Latency)
+	r.rates[b.ID()] = res.Load.RPS
 }
 
 // An attempt across zones takes CrossZone more, as the user and the
 // picker's Done see it, refusals included; the backend is not held
 // meanwhile, so its requests in flight follow Little's law over its
-// service time alone.
+// service time alone. The load report an answer carries crosses with it.
 func TestCrossZone(t *testing.T) {
 	ms := time.Millisecond
 	sc := sim.Scenario{
@@ -64,8 +66,8 @@ func TestCrossZone(t *testing.T) {
 		},
 		ProxyZones: []string{"a"}, CrossZone: 2 * ms, Metrics: sim.ZoneMetrics(),
 	}
-	rec := &latencyRecorder{latencies: map[string][]time.Duration{}}
-	a := bench.Algorithm{Name: "latencyRecorder", Sim: func(r func() uint64, _ func() time.Time) balancer.Balancer {
+	rec := &latencyRecorder{latencies: map[string][]time.Duration{}, rates: map[string]float64{}}
+	a := bench.Algorithm{Name: "recorder", Reports: true, Sim: func(r func() uint64, _ func() time.Time) balancer.Balancer {
 		rec.Picker = rr.New(rr.WithRand(r))
 		return rec
 	}}
@@ -77,6 +79,11 @@ func TestCrossZone(t *testing.T) {
 		for _, l := range ls {
 			require.Equal(t, want, l, "backend %d: the latency its Done reports", i+1)
 		}
+	}
+	// Each live backend takes a third of the attempts: about 60 a second,
+	// as the last reports say, the one from across zones too.
+	for i := range 2 {
+		within(t, rec.rates[sc.ID(i)], float64(r.Backends[i].Sent)/r.Length.Seconds(), 0.1, "reported rate of "+sc.Label(i))
 	}
 	// A third of the attempts stay in zone a, all during the outage that
 	// starts at 0; a third are refused, with no retry.
@@ -378,5 +385,28 @@ func TestFleetExport(t *testing.T) {
 	header := strings.SplitN(csv.String(), "\n", 2)[0]
 	for _, m := range sim.ZoneMetrics() {
 		assert.Contains(t, header, ","+m.Name+",")
+	}
+}
+
+// A picker that runs a loop the simulator turns (prequal's probes,
+// wrr-reported's weights) cannot be turned inside locality, one per zone:
+// Run refuses it before any run starts, Simulate when it builds it;
+// without locality it runs.
+func TestLocalityLoops(t *testing.T) {
+	sc := fleetScenario(t, "zones").Scale(0.05)
+	for _, a := range bench.LoadAware() {
+		t.Run(a.Name, func(t *testing.T) {
+			_, err := sim.Simulate(sc, sim.Active|sim.Passive|sim.Retry|sim.Locality, a, sc.Proxies, 1)
+			if a.Name == "leastconn-reports" {
+				require.NoError(t, err, "reports reach it through Done, which locality passes on")
+				return
+			}
+			require.ErrorIs(t, err, sim.ErrScenario)
+			assert.ErrorContains(t, err, "zones: "+a.Name+" runs a loop of its own")
+			_, err = sim.Run([]sim.Scenario{sc}, []bench.Algorithm{algo(t, "rr"), a}, sim.Options{})
+			require.ErrorIs(t, err, sim.ErrScenario)
+			_, err = sim.Simulate(sc, sim.Active|sim.Passive|sim.Retry, a, sc.Proxies, 1)
+			require.NoError(t, err)
+		})
 	}
 }

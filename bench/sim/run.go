@@ -62,6 +62,9 @@ func RunContext(ctx context.Context, scenarios []Scenario, algos []bench.Algorit
 		if err := scenarios[i].Validate(); err != nil {
 			return nil, err
 		}
+		if err := checkLoops(&scenarios[i], algos); err != nil {
+			return nil, err
+		}
 	}
 
 	type job struct {

@@ -79,6 +79,7 @@ func TestBadFlags(t *testing.T) {
 		{"fleet with backends", []string{"-scenarios", "steady,zones", "-backends", "10ms"}, "-scenarios zones: it has backends and proxies of its own"},
 		{"fleet live", []string{"-live", "-scenarios", "fleet"}, "fleet: zones, fleets of proxies and the locality and subset variants are simulated only"},
 		{"locality live", []string{"-live", "-scenarios", "steady", "-variants", "locality"}, "simulated only"},
+		{"probing picker in locality", []string{"-scenarios", "zones,hetero-70", "-duration", "5s"}, "zones: wrr-reported runs a loop of its own"},
 		// A million users in every default scenario: hours, refused before
 		// anything starts, with the estimate.
 		{"too much work", []string{"-users", "1000000"}, "refusing to start: 120 runs would simulate up to 1.3e+11 requests (1000000 users at the peak)"},
