@@ -476,12 +476,12 @@
 // capacity (at least 90%; Envoy's arithmetic gives 96.7%: zone a keeps
 // 14/30 ÷ 50% = 93.3% of its own); once zone a has 7 of 14, 80.3% (the
 // arithmetic, 7/23 ÷ 50%, gives 80.4%), the busiest backend at 86.7% of
-// its capacity, and a p99 of 33.0 ms against 35.7. Met, and by every
-// algorithm that keeps load even (rr, leastconn, lrt, ring-bounded); the
-// hash pickers overload backends with locality or without, their keys
-// falling unevenly over 30 backends and fewer per zone. Zone-blind
-// routing sends two thirds of the requests across zones whatever the
-// algorithm; lrt, which sees the 2 ms, keeps 40.2% in zone against
+// its capacity, and a p99 of 33.0 ms against 35.7. Met, and by the
+// other algorithms that keep load even: rr, wrr, leastconn-p2c, lrt, and
+// ring-bounded only just (99.6% of capacity); the hash pickers overload
+// backends with locality or without, their keys falling unevenly over 30
+// backends and fewer per zone. Zone-blind routing sends 60 to 66% of the
+// requests across zones whatever the algorithm; lrt, which sees the 2 ms, keeps 40.2% in zone against
 // round robin's 37.4%. Locality fails a few more requests with some
 // algorithms (41 over all ten against 27 zone-blind): a retry stays in
 // its zone while the zone has backends, and right after the loss half of
@@ -516,8 +516,9 @@
 // concentrates them on those its latency estimates favour. Hash pickers
 // pin each user to a backend, so a proxy with 10 users talks to at most
 // 10 backends with or without subsets, and 1,000 keys fall on 300
-// backends as unevenly as any hash does: some get none. Every run's p99
-// is 32.1 ms: the backends are about 8% busy.
+// backends as unevenly as any hash does: some get none. The p99 is 32.1
+// ms in every run but lrt-naive's (32.3, 32.4): the backends are about 8%
+// busy.
 //
 // # Cost
 //
