@@ -281,7 +281,9 @@ func (s *ringSnap) search(h uint64) int {
 // distinct one clockwise under capacity; if every backend is at capacity
 // (possible only for an instant, while counts move under concurrent Picks
 // and Dones), Pick keeps the backend it would pick without the bound. The
-// picked backend's in-flight count is incremented: call Done.
+// picked backend's in-flight count and the ring's total are incremented
+// (a Pick racing an Update that evicts the counter it read picks again
+// from the newer ring; see the package doc, Concurrency): call Done.
 //
 // Pick returns balancer.ErrNoBackend when the set is empty.
 //
@@ -294,17 +296,49 @@ func (r *Ring) Pick(req balancer.Request) (balancer.Backend, error) {
 	if len(s.backends) == 0 {
 		return nil, balancer.ErrNoBackend
 	}
-	p := s.search(xxhash.Sum64String(req.Key))
-	var o int32
+	h := xxhash.Sum64String(req.Key)
 	if r.cfg.factor > 0 {
-		o = s.bounded(p, req, r.total.Load())
-		s.states.At(int(o)).Inc()
-		r.total.Inc()
-	} else if o = s.owner[p]; req.Attempt != 0 || s.ids[o] == req.Avoid {
+		return r.pickBounded(s, h, req), nil
+	}
+	p := s.search(h)
+	o := s.owner[p]
+	if req.Attempt != 0 || s.ids[o] == req.Avoid {
 		q, _, _ := s.target(p, req.Attempt, req.Avoid)
 		o = s.owner[q]
 	}
 	return s.backends[o], nil
+}
+
+// maxRecounts bounds how many newer rings a bounded Pick moves to when
+// the counter it meant to count on was evicted under it (see pickBounded).
+// Each move needs an Update published meanwhile, so more than one is rare.
+const maxRecounts = 3
+
+// pickBounded picks from s under the load bound, for a key of hash h, and
+// counts the request on the backend and in the total.
+//
+// An Update may evict the counter of a backend s still holds (it left the
+// set, idle, and more backends retired than the registry keeps) between
+// this Pick's load of s and its Inc. The counter is then sealed (see
+// balancer.Sealer): Inc says so, and the request must not enter the total,
+// which no Done would ever take it out of again. Pick picks afresh from
+// the newer ring instead, so that the request is counted where its Done
+// will find it. If the Update has not yet published its ring, or after
+// maxRecounts moves, Pick returns the backend uncounted; its Done finds no
+// counter, or a new one that a Dec never takes below zero.
+func (r *Ring) pickBounded(s *ringSnap, h uint64, req balancer.Request) balancer.Backend {
+	for moves := 0; ; moves++ {
+		o := s.bounded(s.search(h), req, r.total.Load())
+		if s.states.At(int(o)).Inc() > 0 {
+			r.total.Inc()
+			return s.backends[o]
+		}
+		next := r.snap.Load()
+		if next == s || len(next.backends) == 0 || moves == maxRecounts {
+			return s.backends[o]
+		}
+		s = next
+	}
 }
 
 // bounded returns the backend for a request whose key lands on point p,
