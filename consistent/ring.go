@@ -19,10 +19,11 @@ import (
 // loads (WithBoundedLoad). Create it with NewRing; the zero value is not
 // ready.
 //
-// Pick, Done and Update are safe for concurrent use. Pick takes no lock and
-// allocates nothing; it reads an immutable snapshot that Update builds aside
-// and publishes with one atomic store. Calls to Update are serialised by a
-// mutex that Pick and Done never take. A Ring must not be copied.
+// Pick, Done, Update and InFlight are safe for concurrent use. Pick takes
+// no lock and allocates nothing; it reads an immutable snapshot that
+// Update builds aside and publishes with one atomic store. Calls to Update
+// are serialised by a mutex that Pick and Done never take. A Ring must not
+// be copied.
 //
 // The struct is laid out in whole cache lines (a size class the allocator
 // aligns to 64 bytes). The first holds what every Pick reads and nothing
@@ -64,8 +65,9 @@ type ringSnap struct {
 }
 
 var (
-	_ balancer.Balancer = (*Ring)(nil)
-	_ balancer.Feedback = (*Ring)(nil)
+	_ balancer.Balancer        = (*Ring)(nil)
+	_ balancer.Feedback        = (*Ring)(nil)
+	_ balancer.InFlightCounter = (*Ring)(nil)
 )
 
 // NewRing returns a Ring with an empty set; call Update to give it
@@ -402,4 +404,17 @@ func (r *Ring) Done(b balancer.Backend, _ balancer.Result) {
 	if st != nil && st.Dec() {
 		r.total.Dec()
 	}
+}
+
+// InFlight returns, with bounded loads, the number of requests Pick has
+// counted on the backend with this ID and Done has not yet counted down,
+// never below zero; a recently removed backend still reports its count.
+// It returns 0 for an unknown ID, and for every ID without bounded loads,
+// when the Ring counts nothing. It is the balancer.InFlightCounter
+// accessor, for metrics and tests: one map read, no allocation.
+func (r *Ring) InFlight(id string) int64 {
+	if st := r.snap.Load().states.LookupID(id); st != nil {
+		return st.Load()
+	}
+	return 0
 }

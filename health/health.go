@@ -17,8 +17,8 @@ import (
 // Balancer keeps failing backends away from the picker it wraps. Create it
 // with New; the zero value is not ready.
 //
-// Pick, Done, Observe, Apply, Update, View and the admin methods are safe
-// for concurrent use. Pick takes no lock and allocates nothing. Done
+// Pick, Done, Observe, Apply, Update, View, InFlight and the admin methods
+// are safe for concurrent use. Pick takes no lock and allocates nothing. Done
 // allocates nothing and never runs the inner Update itself; it takes no
 // lock on its common path. A Done that asks for an ejection takes that
 // backend's own mutex, to keep the error for OnChange; without Start and
@@ -28,11 +28,12 @@ import (
 // a mutex that Pick and Done never take. A Balancer must not be copied.
 type Balancer struct {
 	// Immutable after New.
-	inner balancer.Balancer
-	fb    balancer.Feedback // inner's Feedback, or nil
-	s     settings
-	epoch time.Time     // the Clock's time at New; due is measured from it
-	wake  chan struct{} // capacity 1: a pending change for the applier
+	inner   balancer.Balancer
+	fb      balancer.Feedback        // inner's Feedback, or nil
+	counter balancer.InFlightCounter // inner's InFlightCounter, or nil
+	s       settings
+	epoch   time.Time     // the Clock's time at New; due is measured from it
+	wake    chan struct{} // capacity 1: a pending change for the applier
 	// runLazy runs a lazy applier; see request.
 	runLazy func()
 
@@ -71,8 +72,9 @@ type Balancer struct {
 }
 
 var (
-	_ balancer.Balancer = (*Balancer)(nil)
-	_ balancer.Feedback = (*Balancer)(nil)
+	_ balancer.Balancer        = (*Balancer)(nil)
+	_ balancer.Feedback        = (*Balancer)(nil)
+	_ balancer.InFlightCounter = (*Balancer)(nil)
 )
 
 // noDue marks that no timed transition is scheduled.
@@ -216,6 +218,7 @@ func New(inner balancer.Balancer, cfg Config) (*Balancer, error) {
 	}
 	h := &Balancer{inner: inner, s: s, wake: make(chan struct{}, 1)}
 	h.fb, _ = inner.(balancer.Feedback)
+	h.counter, _ = inner.(balancer.InFlightCounter)
 	h.epoch = s.clock.Now()
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.ctx.Done() // make its channel now, not in the applier
@@ -937,6 +940,19 @@ func (h *Balancer) setAdmin(id string, a State) error {
 	h.deliver()
 	h.poke()
 	return nil
+}
+
+// InFlight returns the inner picker's count of requests in flight on the
+// backend with this ID, if the inner picker counts them (it implements
+// balancer.InFlightCounter: leastconn, lrt, consistent's bounded Ring),
+// and 0 otherwise. Health counts nothing itself; this passes the inner
+// count through, so that metrics and the conformance kit read it through
+// the decorator. No lock, no allocation.
+func (h *Balancer) InFlight(id string) int64 {
+	if h.counter == nil {
+		return 0
+	}
+	return h.counter.InFlight(id)
 }
 
 // View returns a snapshot of every backend's state.
