@@ -353,9 +353,9 @@ func checkAbandonedNeutral(newBalancer func() balancer.Balancer) error {
 // the set and 64): idle counters are evicted while Picks hold them.
 const (
 	stormPickers = 3
-	stormUpdates = 24
+	stormUpdates = 12
 	stormKept    = 3
-	stormFresh   = 40
+	stormFresh   = 32
 )
 
 // checkInFlight: a balancer.InFlightCounter counts exactly the requests

@@ -35,11 +35,11 @@
 // 64 and 1024 backends by default, serial and parallel: the harness every
 // lbkit algorithm and package bench use.
 //
-// The kit takes about a second per Balancer under -race on an idle
-// machine, and several times that on a busy one: Maglev, whose Update
-// builds a 65,537-slot table, takes the longest (about 18 s under -race
-// with the machine loaded four times over), most of it in Concurrent,
-// Removed and Avoid, which make 24, 28 and 22 Updates.
+// The kit takes one to two seconds per Balancer under -race on a 2-core
+// machine at a load of 3 (consistent's Ring: 1.9 s), several times that on
+// a busier one. Maglev, whose Update builds a 65,537-slot table, takes
+// the longest, 7 s there (18 s at a load of 20), most of it in
+// Concurrent, Removed and Avoid, which make 24, 28 and 22 Updates.
 //
 // # Checks
 //
@@ -133,7 +133,7 @@
 //   - InFlight: for a balancer.InFlightCounter, InFlight(id) is exactly
 //     the number of requests picked from that backend and not yet done:
 //     after 40 picks; after 20 of their Dones, in every shape of Result;
-//     after a storm of 24 Updates (each to 3 of the set and 40 new
+//     after a storm of 12 Updates (each to 3 of the set and 32 new
 //     backends, evicting idle counters) under concurrent Picks and Dones,
 //     with the other 20 requests held throughout; and every count is
 //     exactly zero once every Pick has had its Done. A Balancer that is not
