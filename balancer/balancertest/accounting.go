@@ -42,14 +42,46 @@ func shares(b balancer.Balancer, want map[string]balancer.Backend, picks int) (m
 // new Balancer given the same set gives it: a picker that draws at random
 // (leastconn among idle backends) differs by sampling noise, under 0.03
 // at this many picks, while one that kept the old weights differs by 0.44.
+// agree applies the same tolerance.
 const (
 	sharePicks     = 4000
 	shareTolerance = 0.1
 )
 
+// sharesOf turns counts of picks into shares, by ID.
+func sharesOf(count map[balancer.Backend]int, picks int) map[string]float64 {
+	out := make(map[string]float64, len(count))
+	for b, c := range count {
+		out[b.ID()] = float64(c) / float64(picks)
+	}
+	return out
+}
+
+// agree reports whether two spreads of picks, from two new Balancers given
+// the same set and the same requests, give every backend the same share,
+// within shareTolerance. A check that compares one Balancer with another
+// can judge only a picker whose instances agree: one that places backends
+// differently in each instance (a subset decorator drawing a random salt,
+// as gRFC A68's random subsetting does) spreads picks unlike another
+// instance of itself, and such a check then skips that comparison.
+func agree(a, b map[string]float64) bool {
+	for id, x := range a {
+		if math.Abs(x-b[id]) > shareTolerance {
+			return false
+		}
+	}
+	for id, y := range b {
+		if math.Abs(y-a[id]) > shareTolerance {
+			return false
+		}
+	}
+	return true
+}
+
 // checkNewValues: an Update that keeps every ID but brings new Backend
 // values and new weights takes them: picks return the new values, and each
-// backend draws the share a new Balancer given the same set gives it.
+// backend draws the share a new Balancer given the same set gives it (if
+// two new Balancers agree; see agree).
 func checkNewValues(newBalancer func() balancer.Balancer) error {
 	const n = 8
 	first := backends("nv", n, false)
@@ -87,13 +119,19 @@ func checkNewValues(newBalancer func() balancer.Balancer) error {
 		if err != nil {
 			return fmt.Errorf("after an Update to %s: %w", st.name, err)
 		}
-		fresh := newBalancer()
-		if err := update(fresh, st.set); err != nil {
-			return err
+		var fresh [2]map[string]float64
+		for i := range fresh {
+			nb := newBalancer()
+			if err := update(nb, st.set); err != nil {
+				return err
+			}
+			if fresh[i], err = shares(nb, members(st.set), sharePicks); err != nil {
+				return fmt.Errorf("a new Balancer given %s: %w", st.name, err)
+			}
 		}
-		want, err := shares(fresh, members(st.set), sharePicks)
-		if err != nil {
-			return fmt.Errorf("a new Balancer given %s: %w", st.name, err)
+		want := fresh[0]
+		if !agree(fresh[0], fresh[1]) {
+			continue // no instance to compare with; the values were checked
 		}
 		for _, x := range st.set {
 			id := x.ID()
@@ -307,6 +345,8 @@ var abandonedLate = []balancer.Result{
 //
 // The backend is the one a first run, with every request measured at 1 s,
 // favours most, so that a hash picker's uneven shares leave it many picks.
+// Each run is of a new Balancer; a picker whose instances do not agree on
+// the first run's spread passes (see agree).
 func checkAbandonedNeutral(newBalancer func() balancer.Balancer) error {
 	const n, picks = 4, 2000
 	bs := backends("an", n, false)
@@ -324,6 +364,9 @@ func checkAbandonedNeutral(newBalancer func() balancer.Balancer) error {
 	first, err := run(nil, false)
 	if err != nil {
 		return err
+	}
+	if twin, err := run(nil, false); err != nil || !agree(sharesOf(first, picks), sharesOf(twin, picks)) {
+		return err // nil if the instances disagree: nothing to compare with
 	}
 	quiet := bs[0]
 	for _, b := range bs {

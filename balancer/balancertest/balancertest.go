@@ -746,7 +746,8 @@ func countPicks(newBalancer func() balancer.Balancer, bs []balancer.Backend, pic
 // favours least (a hash picker's share is uneven by design); a second run
 // makes the same requests of a fresh picker and abandons every request to
 // that backend. Its share may grow to twice a fair share, or twice its
-// first share, no more.
+// first share, no more. A picker whose new instances do not agree on the
+// first run's spread passes (see agree).
 func checkAbandoned(newBalancer func() balancer.Balancer) error {
 	const n, picks = 4, 2000
 	bs := backends("ab", n, false)
@@ -762,6 +763,9 @@ func checkAbandoned(newBalancer func() balancer.Balancer) error {
 	first, err := run(nil)
 	if err != nil {
 		return err
+	}
+	if twin, err := run(nil); err != nil || !agree(sharesOf(first, picks), sharesOf(twin, picks)) {
+		return err // nil if the instances disagree: nothing to compare with
 	}
 	quiet := bs[0]
 	for _, b := range bs {

@@ -1,6 +1,7 @@
 package balancertest_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -80,6 +81,7 @@ const (
 	keyedByPosition     // a learner that keeps its state by position, not by ID
 	leaksAbandoned      // Done counts an abandoned request off no counter
 	dropsRemoved        // an Update that removes a backend forgets every count
+	subsets             // sound: round robin over a subset of 3, by a hash salted per instance
 )
 
 // learner reports whether f picks by latency.
@@ -254,6 +256,7 @@ func (r *ref) Update(bs []balancer.Backend) error {
 	prev.prev = nil // keep one generation only
 	r.updates++
 	s := &refSnap{bs: next, prev: &prev, gen: r.updates}
+	inSubset := r.subset(next)
 	for i, b := range next {
 		id := b.ID()
 		w, ok := weightOf[id]
@@ -266,7 +269,9 @@ func (r *ref) Update(bs []balancer.Backend) error {
 		w = min(max(w, 1), 16)
 		s.weights = append(s.weights, w)
 		for range w {
-			s.sched = append(s.sched, i)
+			if inSubset(i) {
+				s.sched = append(s.sched, i)
+			}
 		}
 		s.sorted = append(s.sorted, i)
 		s.copies = append(s.copies, balancer.NewEndpoint(id, 1))
@@ -287,6 +292,30 @@ func (r *ref) Update(bs []balancer.Backend) error {
 	}
 	r.cur.Store(s)
 	return nil
+}
+
+// subset returns, for the subsets picker, whether bs[i] is one of the 3
+// backends this instance serves (those whose IDs hash highest with its
+// salt, as a rendezvous subset with a random salt chooses); for every
+// other picker, true.
+func (r *ref) subset(bs []balancer.Backend) func(i int) bool {
+	if r.flaw != subsets || len(bs) <= 3 {
+		return func(int) bool { return true }
+	}
+	score := func(i int) uint64 {
+		h := uint64(14695981039346656037)
+		for _, c := range []byte(fmt.Sprint(r.salt, "/", bs[i].ID())) {
+			h = (h ^ uint64(c)) * 1099511628211
+		}
+		return h
+	}
+	order := make([]int, len(bs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(score(b), score(a)) })
+	top := order[:3]
+	return func(i int) bool { return slices.Contains(top, i) }
 }
 
 func (r *ref) Pick(req balancer.Request) (balancer.Backend, error) {
@@ -484,6 +513,14 @@ func TestKitPassesSoundHashPicker(t *testing.T) {
 // and learns only from balancer.Result.Sample passes them.
 func TestKitPassesSoundLearner(t *testing.T) {
 	balancertest.Run(t, newRef(learns))
+}
+
+// A picker whose instances each serve a different subset of the set (a
+// random salt per instance, as gRFC A68's random subsetting draws) passes:
+// checks that compare one instance with another skip what they cannot
+// judge for it.
+func TestKitPassesSoundSubset(t *testing.T) {
+	balancertest.Run(t, newRef(subsets))
 }
 
 // failedChecks returns the names of the checks an error from Test reports.

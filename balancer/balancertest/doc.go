@@ -142,6 +142,14 @@
 //   - Concurrent: Pick and Done in four goroutines race with Updates from
 //     two; run the tests with -race for this check to find data races.
 //
+// NewValues, Abandoned and AbandonedNeutral compare a Balancer with new
+// ones of the same constructor. They skip that comparison for a Balancer
+// whose new instances spread the same picks differently (by more than 0.1
+// of the picks for some backend): a subset decorator that draws a random
+// salt per instance, as gRFC A68's random subsetting does, serves each
+// instance a different subset, and no other instance shows what one
+// should do. NewValues still checks the values such a Balancer returns.
+//
 // A panic in a check, in the kit's goroutine or in one it starts, and a
 // (nil, nil) pick, fail that check with the stack; a check that does not
 // finish in a minute (a picker stuck in a loop or a deadlock) fails too.
