@@ -142,13 +142,15 @@
 //   - Concurrent: Pick and Done in four goroutines race with Updates from
 //     two; run the tests with -race for this check to find data races.
 //
-// NewValues, Abandoned and AbandonedNeutral compare a Balancer with new
-// ones of the same constructor. They skip that comparison for a Balancer
-// whose new instances spread the same picks differently (by more than 0.1
-// of the picks for some backend): a subset decorator that draws a random
-// salt per instance, as gRFC A68's random subsetting does, serves each
-// instance a different subset, and no other instance shows what one
-// should do. NewValues still checks the values such a Balancer returns.
+// NewValues, Abandoned and AbandonedNeutral compare a Balancer with a new
+// one of the same constructor. They skip the comparison when the two do
+// not pick the same backends at all: a subset decorator that draws a
+// random salt per instance, as gRFC A68's random subsetting does, serves
+// each instance its own subset, and another instance cannot show what one
+// should do. What the checks look for changes how often a backend is
+// picked, not whether: every weight is at least 1, and a learner picks a
+// backend once before it learns anything. NewValues still checks the
+// values such a Balancer returns.
 //
 // A panic in a check, in the kit's goroutine or in one it starts, and a
 // (nil, nil) pick, fail that check with the stack; a check that does not
