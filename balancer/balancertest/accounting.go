@@ -288,11 +288,30 @@ func orderLearned(newBalancer func() balancer.Balancer, bs, moved []balancer.Bac
 	return nil
 }
 
+// counterOf returns the first layer of b that counts requests in flight
+// (a balancer.InFlightCounter): b itself, else, if b is a decorator with
+// an Unwrap method returning the picker inside (Unwrap() balancer.Picker),
+// that picker, and so on down the stack. Pick and Done still go to b, so
+// the counts read inside show whether every layer passes every Done on.
+func counterOf(b balancer.Picker) (balancer.InFlightCounter, bool) {
+	for b != nil {
+		if c, ok := b.(balancer.InFlightCounter); ok {
+			return c, true
+		}
+		u, ok := b.(interface{ Unwrap() balancer.Picker })
+		if !ok {
+			break
+		}
+		b = u.Unwrap()
+	}
+	return nil, false
+}
+
 // orderCounts holds requests, gives the same set in another order, and
-// compares the counts of a balancer.InFlightCounter by ID.
+// compares the counts of a balancer.InFlightCounter (see counterOf) by ID.
 func orderCounts(newBalancer func() balancer.Balancer, bs, moved []balancer.Backend) error {
 	b := newBalancer()
-	c, ok := b.(balancer.InFlightCounter)
+	c, ok := counterOf(b)
 	if !ok {
 		return nil
 	}
@@ -401,7 +420,8 @@ const (
 	stormFresh   = 32
 )
 
-// checkInFlight: a balancer.InFlightCounter counts exactly the requests
+// checkInFlight: a balancer.InFlightCounter (the Balancer, or a layer
+// inside it; see counterOf) counts exactly the requests
 // picked and not yet done, by ID: after picks, after some of their Dones
 // (in every shape of Result), after a storm of concurrent Picks, Dones and
 // Updates that evicts idle counters, with requests held throughout; and
@@ -411,7 +431,7 @@ const (
 // passes.
 func checkInFlight(newBalancer func() balancer.Balancer) error {
 	b := newBalancer()
-	c, ok := b.(balancer.InFlightCounter)
+	c, ok := counterOf(b)
 	if !ok {
 		return nil
 	}

@@ -146,7 +146,7 @@ func measureAllocs(series []allocSeries) error {
 		pairs := allocPairs * rounds
 		switch {
 		case mine > 0:
-			return fmt.Errorf("%s: %d Pick+Done pairs allocated %d times under Pick or Done, first at %s; want 0", s.name, pairs, mine, where)
+			return fmt.Errorf("%s: %d Pick+Done pairs made %d allocations under Pick or Done, the first at %s; want none", s.name, pairs, mine, where)
 		case best > uint64(cached):
 			return fmt.Errorf("%s: the process allocated at least %d times in each of %d rounds of %d Pick+Done pairs, and the heap profile finds none of it under Pick or Done: an allocation of under 16 bytes without pointers, which the profile mostly misses, or a goroutine allocating all along; want a round with none", s.name, best, allocRounds, allocPairs)
 		}

@@ -523,6 +523,45 @@ func TestKitPassesSoundSubset(t *testing.T) {
 	balancertest.Run(t, newRef(subsets))
 }
 
+// wrapper is a decorator around a ref: it passes every call on and offers
+// the picker inside through Unwrap, as lbkit's decorators do. With
+// dropsAbandoned set, it passes no abandoned Done on.
+type wrapper struct {
+	inner          *ref
+	dropsAbandoned bool
+}
+
+func newWrapper(dropsAbandoned bool) func() balancer.Balancer {
+	inner := newRef(sound)
+	return func() balancer.Balancer {
+		return &wrapper{inner: inner().(*ref), dropsAbandoned: dropsAbandoned}
+	}
+}
+
+func (w *wrapper) Update(bs []balancer.Backend) error { return w.inner.Update(bs) }
+
+func (w *wrapper) Pick(req balancer.Request) (balancer.Backend, error) { return w.inner.Pick(req) }
+
+func (w *wrapper) Done(b balancer.Backend, r balancer.Result) {
+	if w.dropsAbandoned && r.Abandoned() {
+		return
+	}
+	w.inner.Done(b, r)
+}
+
+// Unwrap returns the picker inside.
+func (w *wrapper) Unwrap() balancer.Picker { return w.inner }
+
+// The kit reads in-flight counts through a decorator's Unwrap: a sound one
+// passes, and one that passes no abandoned Done on leaves the counts of
+// the picker inside above zero, which the InFlight check finds.
+func TestKitReadsCountsThroughUnwrap(t *testing.T) {
+	balancertest.Run(t, newWrapper(false))
+	err := balancertest.RunCheck("InFlight", newWrapper(true))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "InFlight(")
+}
+
 // failedChecks returns the names of the checks an error from Test reports.
 func failedChecks(err error) []string {
 	var failed []string

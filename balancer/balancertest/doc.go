@@ -130,15 +130,18 @@
 //     (under 16 bytes, without pointers) are caught when they are
 //     frequent. No backend gets two failures in a row, so that a passive
 //     health check around the picker does no background work.
-//   - InFlight: for a balancer.InFlightCounter, InFlight(id) is exactly
-//     the number of requests picked from that backend and not yet done:
-//     after 40 picks; after 20 of their Dones, in every shape of Result;
-//     after a storm of 12 Updates (each to 3 of the set and 32 new
-//     backends, evicting idle counters) under concurrent Picks and Dones,
-//     with the other 20 requests held throughout; and every count is
-//     exactly zero once every Pick has had its Done. A Balancer that is not
-//     an InFlightCounter, or whose counts stay zero while requests are
-//     held (a decorator around a picker that counts nothing), passes.
+//   - InFlight: for a balancer.InFlightCounter (the Balancer, or the
+//     first layer that is one down a stack of decorators, found through
+//     their Unwrap() balancer.Picker, while Pick and Done go to the top),
+//     InFlight(id) is exactly the number of requests picked from that
+//     backend and not yet done: after 40 picks; after 20 of their Dones,
+//     in every shape of Result; after a storm of 12 Updates (each to 3 of
+//     the set and 32 new backends, evicting idle counters) under
+//     concurrent Picks and Dones, with the other 20 requests held
+//     throughout; and every count is exactly zero once every Pick has had
+//     its Done. A Balancer with no such layer, or whose counts stay zero
+//     while requests are held (a decorator around a picker that counts
+//     nothing), passes.
 //   - Concurrent: Pick and Done in four goroutines race with Updates from
 //     two; run the tests with -race for this check to find data races.
 //
