@@ -179,6 +179,26 @@ type Feedback interface {
 	Done(Backend, Result)
 }
 
+// InFlightCounter is implemented by pickers that count the requests in
+// flight on each backend (leastconn, lrt, consistent's Ring with bounded
+// loads) and by decorators that pass the count on from the picker they
+// wrap (health). It is for observability (metrics, tests, an admin page)
+// and for the conformance kit, which checks through it that counts follow
+// IDs and come back to exactly zero. Find it with a type assertion, as
+// Feedback:
+//
+//	c, ok := picker.(balancer.InFlightCounter)
+type InFlightCounter interface {
+	// InFlight returns the number of requests to the backend with this
+	// ID that Pick has counted and Done has not yet counted down, never
+	// below zero. A removed backend reports its count while requests to
+	// it are in flight. An unknown ID reports 0, and so does every ID of
+	// a picker that counts nothing (a Ring without bounded loads, a
+	// decorator around a picker that does not count). It allocates
+	// nothing and takes no lock.
+	InFlight(id string) int64
+}
+
 // Updater replaces the set of backends a picker chooses from.
 //
 // Update validates the whole set first (see Validate); on error it returns

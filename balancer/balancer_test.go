@@ -337,6 +337,35 @@ func TestRegistrySparesBusy(t *testing.T) {
 	assert.Equal(t, 65, reachable, "the bound still holds: 64 retired and 1 live")
 }
 
+// An idle counter is sealed as it is evicted, so that a Pick still holding
+// it from an older snapshot learns that no Done will find it: Inc returns a
+// negative count, Load 0, Dec nothing. A busy one refuses the seal and
+// stays.
+func TestRegistrySealsEvicted(t *testing.T) {
+	var r balancer.Registry[balancer.InFlight]
+	first := r.Sync(balancer.Endpoints("idle", "busy"))
+	idle, held := first.At(0), first.At(1)
+	held.Inc()
+	var last balancer.States[balancer.InFlight]
+	for i := range 100 { // past the 64 retired states kept
+		last = r.Sync(balancer.Endpoints(fmt.Sprint("churn-", i)))
+	}
+	require.Nil(t, last.LookupID("idle"), "evicted")
+	require.Same(t, held, last.LookupID("busy"), "kept")
+
+	assert.Negative(t, idle.Inc(), "a Pick on the older snapshot finds the counter sealed")
+	assert.Zero(t, idle.Load())
+	assert.False(t, idle.Dec())
+	assert.False(t, idle.Busy(), "a sealed counter never keeps itself alive")
+	assert.False(t, held.Seal(), "a counter with requests cannot be sealed")
+	assert.Equal(t, int64(1), held.Load())
+
+	// The ID comes back with a counter of its own.
+	back := r.Sync(balancer.Endpoints("idle"))
+	assert.NotSame(t, idle, back.At(0))
+	assert.Equal(t, int64(1), back.At(0).Inc())
+}
+
 // The picker of the package example keeps every contract the kit checks:
 // what the example shows is what a picker must do.
 func TestExamplePickerConforms(t *testing.T) {

@@ -162,10 +162,16 @@
 // health flap; [States] is the immutable view a snapshot holds, with the
 // lookup Done needs. A removed backend's state is retired rather than
 // dropped, so that a late Done still finds it; retired states are evicted
-// oldest first past a bound, except those whose pointer implements [Busy]
-// and reports true, which are kept until their last Done. [InFlight] is the
-// padded in-flight counter that leastconn, lrt and consistent's bounded
-// loads share; it implements Busy.
+// oldest first past a bound, except busy ones, which are kept until their
+// last Done: those whose pointer implements [Sealer] and refuses the seal,
+// or implements [Busy] and reports true. [InFlight] is the padded
+// in-flight counter that leastconn, lrt and consistent's bounded loads
+// share; it implements both, and a Pick that still holds a counter
+// evicted under it finds it sealed, so that no count is lost.
+//
+// Pickers that count implement [InFlightCounter], and decorators pass it
+// on, so that metrics, tests and the conformance kit can read the count of
+// any backend through one method.
 //
 // # Locality
 //
@@ -192,6 +198,6 @@
 // The conformance kit in package balancertest checks, for any Balancer,
 // lbkit's or yours, with one call, the rules above that every Balancer
 // keeps, and a hash picker's retry sequence (Request.Attempt). What it
-// cannot see from outside, such as a removed backend's state outliving
-// churn for its late Dones (Registry, Busy), each picker's own tests check.
+// cannot see from outside, such as a bounded ring's total staying exact
+// through churn, each picker's own tests check.
 package balancer

@@ -1,6 +1,9 @@
 package balancer
 
-import "sync/atomic"
+import (
+	"math"
+	"sync/atomic"
+)
 
 // minRetained is how many removed backends' states a Registry keeps at
 // least, whatever the size of the live set.
@@ -16,12 +19,12 @@ const minRetained = 64
 // finds the counter its Pick incremented, and it is revived if the ID comes
 // back. Retired states are evicted oldest first once there are more of them
 // than live backends (and more than 64), so memory stays bounded under churn
-// but for one exception: a state whose pointer implements Busy and reports
-// true (an InFlight with requests still counted, or a struct embedding one)
-// is not evicted until it reports false, so that the Dones of requests still
-// in flight always find their counter. Those states are bounded by the
-// number of requests in flight; a caller that never calls Done for a
-// request keeps its backend's state for good.
+// but for one exception: a state that is busy (an InFlight with requests
+// still counted, or a struct embedding one; see Sealer and Busy) is not
+// evicted until it is idle, so that the Dones of requests still in flight
+// always find their counter. Those states are bounded by the number of
+// requests in flight; a caller that never calls Done for a request keeps
+// its backend's state for good.
 //
 // A Registry is for writers only: call Sync under the mutex that serialises
 // a picker's updates. The zero value is ready to use. What Sync returns is
@@ -96,8 +99,33 @@ func (r *Registry[S]) Sync(bs []Backend) States[S] {
 // and so does a struct that embeds an InFlight; a struct that holds one in
 // a named field does not, and must forward Busy itself (lrt's state did
 // not, and lost counts under churn until it did).
+//
+// Busy alone leaves a race: a Pick that loaded an older snapshot may count
+// a request on a state just after Busy said it was idle and the Registry
+// evicted it, and no Done finds that count again. A state that implements
+// Sealer closes it.
 type Busy interface {
 	Busy() bool
+}
+
+// Sealer is implemented by state types that a Pick counts requests on, so
+// that an idle state can be evicted without losing a count. Before it
+// evicts a retired state whose pointer implements Sealer, a Registry calls
+// Seal (under the writers' mutex): Seal returns false, and the state is
+// kept, if requests are counted on it; otherwise it marks the state
+// evicted, for good, in the same atomic step, and returns true. A Pick that
+// still holds the state from an older snapshot then learns from it that
+// the state is gone (InFlight.Inc returns a negative count) and does not
+// count its request there. InFlight implements Sealer, and so does a struct
+// that embeds one; a struct that holds one in a named field forwards it.
+//
+// The ring-wide total of consistent's bounded loads is why: a request
+// counted in it on a state evicted under the Pick was never counted down,
+// and the total grew under churn (to 11–31 after 200 Updates in that
+// package's TestBoundedTotalUnderChurn, under -race) until counters were
+// sealed.
+type Sealer interface {
+	Seal() bool
 }
 
 // evict drops the oldest retired states beyond the bound, sparing busy
@@ -112,7 +140,7 @@ func (r *Registry[S]) evict() {
 		if !ok || e.seq != q.seq {
 			continue // revived, or retired again later
 		}
-		if b, ok := any(e.s).(Busy); ok && b.Busy() {
+		if busy(e.s) {
 			spared = append(spared, q)
 			continue
 		}
@@ -130,6 +158,19 @@ func (r *Registry[S]) evict() {
 		}
 		r.queue = fresh
 	}
+}
+
+// busy reports whether s must be kept: a Sealer that refuses its seal, or
+// a Busy (that is not a Sealer) that reports true. A Sealer whose Seal
+// succeeds is idle and evicted from then on.
+func busy[S any](s *S) bool {
+	switch x := any(s).(type) {
+	case Sealer:
+		return !x.Seal()
+	case Busy:
+		return x.Busy()
+	}
+	return false
 }
 
 // States is an immutable view of per-backend state for one published set:
@@ -165,6 +206,9 @@ func (s States[S]) LookupID(id string) *S { return s.byID[id] }
 // that the counters of different backends, allocated side by side, do not
 // slow each other down through false sharing.
 //
+// A counter its Registry has evicted is sealed (see Sealer): Inc then
+// returns a negative number, Load returns 0 and Dec does nothing.
+//
 // The zero value is ready to use. Safe for concurrent use; must not be
 // copied after first use.
 type InFlight struct {
@@ -172,7 +216,21 @@ type InFlight struct {
 	_ [56]byte
 }
 
-// Inc adds one request and returns the new count.
+var (
+	_ Busy   = (*InFlight)(nil)
+	_ Sealer = (*InFlight)(nil)
+)
+
+// sealedCount is the count of a sealed InFlight: so far below zero that
+// the Incs of Picks still holding the counter can never bring it back up.
+const sealedCount = math.MinInt64 / 2
+
+// Inc adds one request and returns the new count. A negative count means
+// the counter is sealed: its Registry evicted it after the caller read it
+// from an older snapshot, no Done will find it, and the request is counted
+// nowhere. A picker that keeps a second count (a total) must not count the
+// request there; it may pick again from its newest snapshot, as
+// consistent's bounded Ring does.
 func (c *InFlight) Inc() int64 { return c.n.Add(1) }
 
 // Dec removes one request, never taking the count below zero: a late Done
@@ -193,10 +251,18 @@ func (c *InFlight) Dec() bool {
 	}
 }
 
-// Load returns the current count.
-func (c *InFlight) Load() int64 { return c.n.Load() }
+// Load returns the current count: 0 for a sealed counter.
+func (c *InFlight) Load() int64 { return max(c.n.Load(), 0) }
 
 // Busy reports whether requests are counted, so that a Registry keeps the
 // counter of a removed backend until the Dones of its last requests have
 // found it (see Registry).
 func (c *InFlight) Busy() bool { return c.n.Load() > 0 }
+
+// Seal makes an idle counter refuse requests from now on and reports true;
+// it reports false, and changes nothing, while requests are counted. The
+// check and the seal are one compare-and-swap, so a concurrent Inc either
+// comes first (Seal fails, the counter is kept) or finds the counter
+// sealed. A Registry seals a retired counter before it evicts it (see
+// Sealer); nothing else should call Seal.
+func (c *InFlight) Seal() bool { return c.n.CompareAndSwap(0, sealedCount) }

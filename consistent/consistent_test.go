@@ -25,7 +25,9 @@ var pickers = []struct {
 	{"ring/vnodes=1", func() balancer.Balancer { return consistent.NewRing(consistent.WithVnodes(1)) }},
 	{"ring/capped", func() balancer.Balancer { return consistent.NewRing(consistent.WithMaxRingSize(16)) }},
 	{"maglev", func() balancer.Balancer { return consistent.NewMaglev() }},
-	{"maglev/table=1031", func() balancer.Balancer { return consistent.NewMaglev(consistent.WithTableSize(1031)) }},
+	// A small table, yet one that takes the kit's sets of up to 256
+	// backends (10 slots each at least: the first prime from 2560).
+	{"maglev/table=2579", func() balancer.Balancer { return consistent.NewMaglev(consistent.WithTableSize(2579)) }},
 }
 
 func TestConformance(t *testing.T) {

@@ -233,7 +233,11 @@
 // included, and each reads every weight once (balancer.NewSet). The
 // bounded ring carries its in-flight counts across updates by ID
 // (balancer.Registry), and keeps a removed backend's counter while it
-// still counts requests, so that their Dones find it.
+// still counts requests, so that their Dones find it. An idle counter the
+// registry evicts is sealed in the same atomic step (balancer.Sealer): a
+// Pick that read the older ring and would count on it picks again from
+// the newer one instead, so the ring's total stays the number of requests
+// really in flight, through any churn (TestBoundedTotalUnderChurn).
 //
 // # Errors
 //

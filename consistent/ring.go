@@ -19,10 +19,11 @@ import (
 // loads (WithBoundedLoad). Create it with NewRing; the zero value is not
 // ready.
 //
-// Pick, Done and Update are safe for concurrent use. Pick takes no lock and
-// allocates nothing; it reads an immutable snapshot that Update builds aside
-// and publishes with one atomic store. Calls to Update are serialised by a
-// mutex that Pick and Done never take. A Ring must not be copied.
+// Pick, Done, Update and InFlight are safe for concurrent use. Pick takes
+// no lock and allocates nothing; it reads an immutable snapshot that
+// Update builds aside and publishes with one atomic store. Calls to Update
+// are serialised by a mutex that Pick and Done never take. A Ring must not
+// be copied.
 //
 // The struct is laid out in whole cache lines (a size class the allocator
 // aligns to 64 bytes). The first holds what every Pick reads and nothing
@@ -64,8 +65,9 @@ type ringSnap struct {
 }
 
 var (
-	_ balancer.Balancer = (*Ring)(nil)
-	_ balancer.Feedback = (*Ring)(nil)
+	_ balancer.Balancer        = (*Ring)(nil)
+	_ balancer.Feedback        = (*Ring)(nil)
+	_ balancer.InFlightCounter = (*Ring)(nil)
 )
 
 // NewRing returns a Ring with an empty set; call Update to give it
@@ -281,7 +283,9 @@ func (s *ringSnap) search(h uint64) int {
 // distinct one clockwise under capacity; if every backend is at capacity
 // (possible only for an instant, while counts move under concurrent Picks
 // and Dones), Pick keeps the backend it would pick without the bound. The
-// picked backend's in-flight count is incremented: call Done.
+// picked backend's in-flight count and the ring's total are incremented
+// (a Pick racing an Update that evicts the counter it read picks again
+// from the newer ring; see the package doc, Concurrency): call Done.
 //
 // Pick returns balancer.ErrNoBackend when the set is empty.
 //
@@ -294,17 +298,49 @@ func (r *Ring) Pick(req balancer.Request) (balancer.Backend, error) {
 	if len(s.backends) == 0 {
 		return nil, balancer.ErrNoBackend
 	}
-	p := s.search(xxhash.Sum64String(req.Key))
-	var o int32
+	h := xxhash.Sum64String(req.Key)
 	if r.cfg.factor > 0 {
-		o = s.bounded(p, req, r.total.Load())
-		s.states.At(int(o)).Inc()
-		r.total.Inc()
-	} else if o = s.owner[p]; req.Attempt != 0 || s.ids[o] == req.Avoid {
+		return r.pickBounded(s, h, req), nil
+	}
+	p := s.search(h)
+	o := s.owner[p]
+	if req.Attempt != 0 || s.ids[o] == req.Avoid {
 		q, _, _ := s.target(p, req.Attempt, req.Avoid)
 		o = s.owner[q]
 	}
 	return s.backends[o], nil
+}
+
+// maxRecounts bounds how many newer rings a bounded Pick moves to when
+// the counter it meant to count on was evicted under it (see pickBounded).
+// Each move needs an Update published meanwhile, so more than one is rare.
+const maxRecounts = 3
+
+// pickBounded picks from s under the load bound, for a key of hash h, and
+// counts the request on the backend and in the total.
+//
+// An Update may evict the counter of a backend s still holds (it left the
+// set, idle, and more backends retired than the registry keeps) between
+// this Pick's load of s and its Inc. The counter is then sealed (see
+// balancer.Sealer): Inc says so, and the request must not enter the total,
+// which no Done would ever take it out of again. Pick picks afresh from
+// the newer ring instead, so that the request is counted where its Done
+// will find it. If the Update has not yet published its ring, or after
+// maxRecounts moves, Pick returns the backend uncounted; its Done finds no
+// counter, or a new one that a Dec never takes below zero.
+func (r *Ring) pickBounded(s *ringSnap, h uint64, req balancer.Request) balancer.Backend {
+	for moves := 0; ; moves++ {
+		o := s.bounded(s.search(h), req, r.total.Load())
+		if s.states.At(int(o)).Inc() > 0 {
+			r.total.Inc()
+			return s.backends[o]
+		}
+		next := r.snap.Load()
+		if next == s || len(next.backends) == 0 || moves == maxRecounts {
+			return s.backends[o]
+		}
+		s = next
+	}
 }
 
 // bounded returns the backend for a request whose key lands on point p,
@@ -368,4 +404,17 @@ func (r *Ring) Done(b balancer.Backend, _ balancer.Result) {
 	if st != nil && st.Dec() {
 		r.total.Dec()
 	}
+}
+
+// InFlight returns, with bounded loads, the number of requests Pick has
+// counted on the backend with this ID and Done has not yet counted down,
+// never below zero; a recently removed backend still reports its count.
+// It returns 0 for an unknown ID, and for every ID without bounded loads,
+// when the Ring counts nothing. It is the balancer.InFlightCounter
+// accessor, for metrics and tests: one map read, no allocation.
+func (r *Ring) InFlight(id string) int64 {
+	if st := r.snap.Load().states.LookupID(id); st != nil {
+		return st.Load()
+	}
+	return 0
 }

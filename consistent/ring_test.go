@@ -313,3 +313,28 @@ func ids(bs []balancer.Backend) []string {
 	}
 	return out
 }
+
+// With bounded loads, InFlight reads a backend's count by ID; without, the
+// Ring counts nothing and reports 0.
+func TestRingInFlight(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []consistent.RingOption
+		want int64 // while one request is in flight
+	}{
+		{"bounded", []consistent.RingOption{consistent.WithBoundedLoad(1.25)}, 1},
+		{"plain", nil, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := consistent.NewRing(tt.opts...)
+			require.NoError(t, r.Update(balancer.Endpoints("a:80")))
+			b, err := r.Pick(balancer.Request{Key: "k"})
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, r.InFlight("a:80"))
+			assert.Zero(t, r.InFlight("nobody:80"))
+			r.Done(b, balancer.Result{})
+			assert.Zero(t, r.InFlight("a:80"))
+		})
+	}
+}

@@ -16,6 +16,34 @@ import (
 	"github.com/lbkit/lbkit/rr"
 )
 
+// InFlight reads the inner picker's count through the decorator, and is 0
+// around a picker that counts nothing.
+func TestInFlightPassesThrough(t *testing.T) {
+	tests := []struct {
+		name  string
+		inner balancer.Balancer
+		want  int64 // the count while one request is in flight
+	}{
+		{"leastconn", leastconn.New(), 1},
+		{"rr", rr.New(), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := health.New(tt.inner, health.Config{})
+			require.NoError(t, err)
+			defer h.Close()
+			require.NoError(t, h.Update(balancer.Endpoints("a:80")))
+			var c balancer.InFlightCounter = h
+			b, err := h.Pick(balancer.Request{})
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, c.InFlight("a:80"))
+			assert.Zero(t, c.InFlight("nobody:80"))
+			h.Done(b, balancer.Result{Err: balancer.ErrAbandoned})
+			assert.Zero(t, c.InFlight("a:80"))
+		})
+	}
+}
+
 // Drain takes a backend out of new picks while its requests in flight
 // still reach the inner picker's Done; probes go on. Maintenance also
 // pauses probes. Enable brings it back. Both survive an Update.

@@ -18,8 +18,8 @@ import (
 // Balancer keeps failing backends away from the picker it wraps. Create it
 // with New; the zero value is not ready.
 //
-// Pick, Done, Observe, Apply, Update, View and the admin methods are safe
-// for concurrent use. Pick takes no lock and allocates nothing. Done
+// Pick, Done, Observe, Apply, Update, View, InFlight and the admin methods
+// are safe for concurrent use. Pick takes no lock and allocates nothing. Done
 // allocates nothing and never runs the inner Update itself; it takes no
 // lock on its common path. A Done that asks for an ejection takes that
 // backend's own mutex, to keep the error for OnChange; without Start and
@@ -29,12 +29,13 @@ import (
 // a mutex that Pick and Done never take. A Balancer must not be copied.
 type Balancer struct {
 	// Immutable after New.
-	inner balancer.Balancer
-	fb    balancer.Feedback      // inner's Feedback, or nil
-	hu    balancer.HealthUpdater // inner's HealthUpdater, or nil: it gets the whole set
-	s     settings
-	epoch time.Time     // the Clock's time at New; due is measured from it
-	wake  chan struct{} // capacity 1: a pending change for the applier
+	inner   balancer.Balancer
+	fb      balancer.Feedback        // inner's Feedback, or nil
+	hu      balancer.HealthUpdater   // inner's HealthUpdater, or nil: it gets the whole set
+	counter balancer.InFlightCounter // inner's InFlightCounter, or nil
+	s       settings
+	epoch   time.Time     // the Clock's time at New; due is measured from it
+	wake    chan struct{} // capacity 1: a pending change for the applier
 	// runLazy runs a lazy applier; see request.
 	runLazy func()
 
@@ -75,11 +76,12 @@ type Balancer struct {
 }
 
 var (
-	_ balancer.Balancer  = (*Balancer)(nil)
-	_ balancer.Feedback  = (*Balancer)(nil)
-	_ balancer.Starter   = (*Balancer)(nil)
-	_ balancer.Unwrapper = (*Balancer)(nil)
-	_ io.Closer          = (*Balancer)(nil)
+	_ balancer.Balancer        = (*Balancer)(nil)
+	_ balancer.Feedback        = (*Balancer)(nil)
+	_ balancer.InFlightCounter = (*Balancer)(nil)
+	_ balancer.Starter         = (*Balancer)(nil)
+	_ balancer.Unwrapper       = (*Balancer)(nil)
+	_ io.Closer                = (*Balancer)(nil)
 )
 
 // noDue marks that no timed transition is scheduled.
@@ -226,6 +228,7 @@ func New(inner balancer.Balancer, cfg Config) (*Balancer, error) {
 	h := &Balancer{inner: inner, s: s, wake: make(chan struct{}, 1)}
 	h.fb, _ = inner.(balancer.Feedback)
 	h.hu, _ = inner.(balancer.HealthUpdater)
+	h.counter, _ = inner.(balancer.InFlightCounter)
 	h.epoch = s.clock.Now()
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.ctx.Done() // make its channel now, not in the applier
@@ -969,6 +972,19 @@ func (h *Balancer) setAdmin(id string, a State) error {
 	h.deliver()
 	h.poke()
 	return nil
+}
+
+// InFlight returns the inner picker's count of requests in flight on the
+// backend with this ID, if the inner picker counts them (it implements
+// balancer.InFlightCounter: leastconn, lrt, consistent's bounded Ring),
+// and 0 otherwise. Health counts nothing itself; this passes the inner
+// count through, so that metrics and the conformance kit read it through
+// the decorator. No lock, no allocation.
+func (h *Balancer) InFlight(id string) int64 {
+	if h.counter == nil {
+		return 0
+	}
+	return h.counter.InFlight(id)
 }
 
 // View returns a snapshot of every backend's state.

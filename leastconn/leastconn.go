@@ -79,8 +79,9 @@ type reports struct {
 }
 
 var (
-	_ balancer.Balancer = (*Picker)(nil)
-	_ balancer.Feedback = (*Picker)(nil)
+	_ balancer.Balancer        = (*Picker)(nil)
+	_ balancer.Feedback        = (*Picker)(nil)
+	_ balancer.InFlightCounter = (*Picker)(nil)
 )
 
 // snapshot is an immutable published set.
@@ -419,7 +420,8 @@ func (c *backend) report(now, expiry int64) (float64, bool) {
 // with this ID and Done has not yet counted down: its Pick count minus its
 // Done count, never below zero. A recently removed backend still reports
 // its count; an unknown ID reports 0. It is an accessor for observability
-// (metrics, tests); it costs one map read and allocates nothing.
+// (metrics, tests; balancer.InFlightCounter); it costs one map read and
+// allocates nothing.
 func (p *Picker) InFlight(id string) int64 {
 	if c := p.snap.Load().states.LookupID(id); c != nil {
 		return c.Load()

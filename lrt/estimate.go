@@ -39,7 +39,15 @@ type state struct {
 // many other backends have come and gone (balancer.Busy).
 func (s *state) Busy() bool { return s.inflight.Busy() }
 
-var _ balancer.Busy = (*state)(nil)
+// Seal seals the in-flight counter of an idle state the Registry evicts,
+// so that a Pick still holding the state from an older snapshot does not
+// count a request on it that no Done would find (balancer.Sealer).
+func (s *state) Seal() bool { return s.inflight.Seal() }
+
+var (
+	_ balancer.Busy   = (*state)(nil)
+	_ balancer.Sealer = (*state)(nil)
+)
 
 // An est word holds, in its high 32 bits, the estimate in nanoseconds as a
 // float32 whose sign bit is set while the estimate is provisional (the

@@ -15,7 +15,7 @@ import (
 // Picker sends each request to the backend expected to answer it soonest.
 // Create it with New; the zero value is not ready.
 //
-// Pick, Done, Update and Stats are safe for concurrent use. Pick and Done
+// Pick, Done, Update, Stats and InFlight are safe for concurrent use. Pick and Done
 // take no lock and allocate nothing; Update builds the new set aside and
 // publishes it with one atomic store, so it never blocks them. A Picker must
 // not be copied.
@@ -60,8 +60,9 @@ type entry struct {
 }
 
 var (
-	_ balancer.Balancer = (*Picker)(nil)
-	_ balancer.Feedback = (*Picker)(nil)
+	_ balancer.Balancer        = (*Picker)(nil)
+	_ balancer.Feedback        = (*Picker)(nil)
+	_ balancer.InFlightCounter = (*Picker)(nil)
 )
 
 // Mode is the rule that turns estimates into a choice.
@@ -537,4 +538,16 @@ func (p *Picker) Stats(b balancer.Backend) (Stats, bool) {
 		Measured: measured(w),
 		InFlight: st.inflight.Load(),
 	}, true
+}
+
+// InFlight returns the number of requests Pick has counted on the backend
+// with this ID and Done has not yet counted down (Stats' InFlight), never
+// below zero; 0 for an unknown ID. A recently removed backend still
+// reports its count. It is the balancer.InFlightCounter accessor, for
+// metrics and tests: one map read, no allocation.
+func (p *Picker) InFlight(id string) int64 {
+	if st := p.snap.Load().states.LookupID(id); st != nil {
+		return st.inflight.Load()
+	}
+	return 0
 }

@@ -512,6 +512,21 @@ func TestStatsUnknown(t *testing.T) {
 	assert.Equal(t, lrt.DefaultInitial, st.Latency)
 }
 
+// InFlight is Stats' count, by ID: counted by Pick, counted down by Done,
+// 0 for an ID never seen.
+func TestInFlight(t *testing.T) {
+	p := lrt.New()
+	require.NoError(t, p.Update(balancer.Endpoints("a:1")))
+	b, err := p.Pick(balancer.Request{})
+	require.NoError(t, err)
+	st, _ := p.Stats(b)
+	assert.Equal(t, int64(1), st.InFlight)
+	assert.Equal(t, int64(1), p.InFlight("a:1"))
+	assert.Zero(t, p.InFlight("stranger:1"))
+	p.Done(b, balancer.Result{Latency: ms})
+	assert.Zero(t, p.InFlight("a:1"))
+}
+
 // Options with values that make no sense leave the default in place.
 func TestOptionsIgnoreBadValues(t *testing.T) {
 	f := newFixture(t,
