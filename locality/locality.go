@@ -494,6 +494,26 @@ func mix(x uint64) uint64 {
 // zone and level, the inner Pick alone); no lock, no allocation.
 func (b *Balancer) Pick(req balancer.Request) (balancer.Backend, error) {
 	s := b.cur.Load()
+	for range 3 {
+		got, err := b.pickFrom(s, req)
+		if err != balancer.ErrNoBackend { //nolint:errorlint // Pick returns the sentinel itself
+			return got, err
+		}
+		// An Update publishes the new snapshot and then empties the
+		// pickers it leaves out: a Pick that walked the old one may have
+		// found each of them emptied. If a newer snapshot is there, its
+		// pickers have the set: try it.
+		next := b.cur.Load()
+		if next == s {
+			return nil, err
+		}
+		s = next
+	}
+	return b.pickFrom(s, req)
+}
+
+// pickFrom picks from snapshot s, as Pick says.
+func (b *Balancer) pickFrom(s *snapshot, req balancer.Request) (balancer.Backend, error) {
 	if len(s.walk) == 0 {
 		return nil, balancer.ErrNoBackend
 	}

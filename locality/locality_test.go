@@ -3,6 +3,7 @@ package locality_test
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -471,4 +472,57 @@ func TestIdlePickersBounded(t *testing.T) {
 	got, err := l.Pick(balancer.Request{})
 	require.NoError(t, err)
 	assert.Contains(t, ids(keep), got.ID())
+}
+
+// parking is a picker whose first Pick, once armed, waits for release:
+// a way to hold a locality Pick inside a zone's picker while an Update
+// runs.
+type parking struct {
+	balancer.Balancer
+	armed   atomic.Bool
+	parked  chan struct{}
+	release chan struct{}
+}
+
+func (p *parking) Pick(req balancer.Request) (balancer.Backend, error) {
+	if p.armed.CompareAndSwap(true, false) {
+		close(p.parked)
+		<-p.release
+	}
+	return p.Balancer.Pick(req)
+}
+
+// A Pick that walked the snapshot before an Update, and reaches a zone's
+// picker only once the Update has emptied it (the zone left the set),
+// picks from the set now in place instead of failing with ErrNoBackend
+// (the conformance kit's Concurrent check saw it about once in 150 runs).
+func TestPickDuringUpdate(t *testing.T) {
+	var made []*parking
+	l, err := locality.New(func() balancer.Balancer {
+		p := &parking{Balancer: rr.New(), parked: make(chan struct{}), release: make(chan struct{})}
+		made = append(made, p)
+		return p
+	}, locality.Config{Rand: seeded(1)})
+	require.NoError(t, err)
+	require.NoError(t, l.Update(tier("a", 0, 3)))
+	require.NotEmpty(t, made)
+	first := made[len(made)-1]
+	first.armed.Store(true)
+
+	type pick struct {
+		b   balancer.Backend
+		err error
+	}
+	got := make(chan pick, 1)
+	go func() {
+		b, err := l.Pick(balancer.Request{})
+		got <- pick{b, err}
+	}()
+	<-first.parked
+	moved := tier("b", 0, 3)
+	require.NoError(t, l.Update(moved)) // zone a leaves; its picker is emptied
+	close(first.release)
+	p := <-got
+	require.NoError(t, p.err, "a Pick caught across the Update must find the new set")
+	assert.Contains(t, ids(moved), p.b.ID())
 }
