@@ -286,8 +286,12 @@ func TestTransportPassesLoad(t *testing.T) {
 // A response without a report costs the attempt nothing more: the
 // Transport's one allocation per attempt stays one.
 func TestTransportLoadAllocs(t *testing.T) {
-	do := cannedRequest(t, lbhttp.Config{}, false)
-	assert.Equal(t, 1.0, testing.AllocsPerRun(200, do))
+	got := testing.AllocsPerRun(200, cannedRequest(t, lbhttp.Config{}, false))
+	if raceEnabled {
+		assert.LessOrEqual(t, got, 1.0+3, "under -race, with sync.Pool dropping guards now and then")
+		return
+	}
+	assert.Equal(t, 1.0, got)
 }
 
 // A handler that asserts http.Hijacker gets the connection through the
