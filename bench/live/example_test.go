@@ -13,10 +13,12 @@ import (
 
 // Play one small scenario live, a second of real time at scale 0.5, and
 // set it beside the simulation. Live figures vary from run to run, so the
-// example prints what does not: the errors, and whether the split and the
-// throughput agree with the simulation's (live RPS was 0.91 to 0.94 of
-// it under -race with four busy loops on two cores: the rig's overhead
-// weighs on 10 ms backends).
+// example prints what does not: the errors, and whether the split agrees
+// with the simulation's. Throughput moves with the machine's load (live
+// RPS was 0.91 to 0.94 of the simulation's under -race with four busy
+// loops on two cores, and lower still on a busier machine: the rig's own
+// overhead weighs on 10 ms backends); TestAgreement holds it to the
+// simulation with that overhead measured in the same run.
 func ExamplePlay() {
 	bs, err := sim.ParseBackends("20ms,60ms")
 	if err != nil {
@@ -44,9 +46,7 @@ func ExamplePlay() {
 	}
 	fmt.Println("errors:", got.Errors)
 	fmt.Println("shares as simulated (±5 points):", sameShares)
-	fmt.Println("RPS as simulated (±25%):", math.Abs(got.RPS/want.RPS-1) < 0.25)
 	// Output:
 	// errors: 0
 	// shares as simulated (±5 points): true
-	// RPS as simulated (±25%): true
 }
