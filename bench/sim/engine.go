@@ -9,6 +9,7 @@ import (
 
 	"github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/examples/lbhttp"
 )
 
 // RefuseTime is how long a connection to a dead backend takes to be
@@ -42,9 +43,9 @@ func (e *endpoint) Weight() int { return e.weight }
 type server struct {
 	spec     Backend
 	alive    bool
-	capacity int     // requests served at once now: spec.Capacity less a neighbour's; 0 unlimited
-	busy     int     // requests in service
-	waiting  []int32 // users queued, first come first served, from head
+	capacity int      // requests served at once now: spec.Capacity less a neighbour's; 0 unlimited
+	busy     int      // requests in service
+	waiting  []ticket // attempts queued, first come first served, from head; some may have left (see leave)
 	head     int
 	inflight int // busy + queued
 	refused  error
@@ -52,6 +53,11 @@ type server struct {
 	lane     int    // the queue's lane for its answers when its service time is fixed; −1 otherwise
 	meter    *meter // what it measures of itself for its reports and probe answers; nil unless a picker uses them
 	zone     int32  // its zone's number, −1 for none
+	// A stall and a storm of 503s (Backend.Stalls, Unavailable): the
+	// answers held while stalled, and the errors.
+	stalled, unavailable bool
+	held                 []ticket
+	hung, unavail        error
 
 	// Measured.
 	sent, refusals, resets int64
@@ -72,29 +78,43 @@ type proxy struct {
 	health    healthWrapper     // nil without health checks
 	prober    prober            // nil unless the picker probes
 	send      func(balancer.Backend)
-	refresher refresher // nil unless the picker recomputes weights
+	refresher refresher          // nil unless the picker recomputes weights
+	budget    *lbhttp.Budget     // nil without Budget
+	sketch    *lbhttp.Percentile // the hedge delay's; nil without Hedge
 }
 
-// user states.
+// attempt states.
 const (
-	idle      uint8 = iota // thinking, or stopped
-	atServer               // its request is in service or queued at backend
+	idle      uint8 = iota // none in flight: the user thinks, or is stopped
+	atServer               // in service at backend
 	refusing               // its connection attempt will be refused
 	returning              // its answer is crossing zones back to its proxy
+	queued                 // queued at backend
+	answering              // backend will answer 503 (Backend.Unavailable)
 )
+
+// try is one attempt in flight: a user's, or its hedge (engine.hedges).
+// Its token names it in the events that concern it; a hedge's has
+// hedgeToken set.
+type try struct {
+	sentAt  int64 // when it was sent
+	token   uint32
+	backend int32
+	state   uint8
+}
 
 // user is one closed-loop virtual user.
 type user struct {
-	key     string // its client address: the affinity key
-	start   int64  // when its current request's first attempt was sent
-	sentAt  int64  // when the current attempt was sent
-	token   uint32
-	proxy   int32
-	backend int32
-	attempt int32
-	state   uint8
-	active  bool // the profile wants it
-	running bool // it has a send or a request pending
+	key      string // its client address: the affinity key
+	start    int64  // when its current request's first attempt was sent
+	deadline int64  // when the request times out (Timeout); 0 for never
+	try             // its current attempt
+	proxy    int32
+	attempt  int32 // the number of the last attempt sent, from 0, hedges counted
+	active   bool  // the profile wants it
+	running  bool  // it has a send or a request pending
+	pending  bool  // it waits for the outcome of a request
+	hedged   bool  // its current round of attempts sent a hedge
 }
 
 // engine is one run: a scenario, a variant, an algorithm, a number of
@@ -120,13 +140,18 @@ type engine struct {
 	proxyZone                          []int32         // each proxy's zone's number, −1 for none
 	cross                              int64           // Scenario.CrossZone
 	crossLane                          int             // the queue's lane for answers crossing zones
-	carried                            []balancer.Load // per user: the report its answer carries across zones; nil without reports or zones
+	carried                            []balancer.Load // per attempt (carriedAt): the report its answer carries across zones; nil without reports or zones
+	hedges                             []try           // each user's hedge; nil without Hedge
+	slow                               slowTimes
 
 	// Measured.
 	latency           Histogram       // of successful user requests
 	exact             []time.Duration // every latency too, when not nil: for tests of the histogram
 	ok, errs, retries int64
 	okBefore, okAfter int64
+	errsAfter         int64    // failed user requests during the outage compared
+	sentAfter         int64    // attempts sent during it
+	maxWait           int64    // the longest a user request waited for its outcome
 	probes            int64    // sent
 	window            [2]int64 // the outage compared, [at, until)
 	hasWindow         bool
@@ -304,6 +329,9 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 			e.q.push(e.rng.Int64N(int64(sc.Interval())), evProbe, int32(p), 0)
 		}
 	}
+	if err := e.initSlow(epoch); err != nil {
+		return nil, err
+	}
 	if v.Health() {
 		e.q.push(int64(tickEvery), evTick, 0, 0)
 	}
@@ -318,7 +346,7 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 			e.servers[i].meter = newMeter(sc.ReportDelay)
 		}
 		if e.cross > 0 {
-			e.carried = make([]balancer.Load, len(e.users))
+			e.carried = make([]balancer.Load, len(e.users)+len(e.hedges))
 		}
 	}
 	if e.proxies[0].refresher != nil {
@@ -329,9 +357,9 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 		// Client addresses 10.1.0.1, 10.1.0.2, ...: distinct for iphash,
 		// spread over /24s so that a prefix mode still sees many clients.
 		e.users[u] = user{
-			key:     UserAddr(u),
-			proxy:   int32(u % proxies),
-			backend: -1,
+			key:   UserAddr(u),
+			proxy: int32(u % proxies),
+			try:   try{backend: -1},
 		}
 	}
 	e.scheduleProfile()
@@ -381,12 +409,12 @@ func (e *engine) run(stop <-chan struct{}) bool {
 		case evFinish:
 			e.finish(ev.arg, ev.token)
 		case evAnswer:
-			if us := &e.users[ev.arg]; us.token == ev.token && us.state == returning {
+			if t := e.tryOf(ev.arg, ev.token); t != nil && t.state == returning {
 				var load balancer.Load
 				if e.carried != nil {
-					load = e.carried[ev.arg]
+					load = e.carried[e.carriedAt(ev.arg, t)]
 				}
-				e.answer(ev.arg, load)
+				e.answer(ev.arg, t, load)
 			}
 		case evRefused:
 			e.refused(ev.arg, ev.token)
@@ -414,6 +442,18 @@ func (e *engine) run(stop <-chan struct{}) bool {
 			e.probeAnswers(ev.arg)
 		case evRefresh:
 			e.refreshWeights()
+		case evTimeout:
+			e.timedOut(ev.arg, ev.token)
+		case evGiveUp:
+			e.giveUp(ev.arg)
+		case evHedge:
+			e.hedge(ev.arg, ev.token)
+		case evUnavailable:
+			e.unavailable(ev.arg, ev.token)
+		case evStall:
+			e.setStall(ev.arg, ev.token != 0)
+		case evStorm:
+			e.servers[ev.arg].unavailable = ev.token != 0
 		}
 	}
 	for ; e.closed < len(e.stepUsers); e.closed++ {
@@ -453,6 +493,8 @@ func (e *engine) send(u int32) {
 	}
 	us.start = e.now
 	us.attempt = 0
+	us.pending = true
+	e.request(u)
 	e.attempt(u, balancer.Request{Key: us.key})
 }
 
@@ -464,20 +506,33 @@ func (e *engine) attempt(u int32, req balancer.Request) {
 		e.fail(u)
 		return
 	}
-	ep := b.(*endpoint)
+	e.sendTo(u, &us.try, b.(*endpoint))
+	e.armHedge(u)
+}
+
+// sendTo sends user u's attempt t to ep's backend.
+func (e *engine) sendTo(u int32, t *try, ep *endpoint) {
 	s := &e.servers[ep.index]
 	s.sent++
 	s.stepSent[e.now/e.step]++
-	e.track(us.proxy, ep.index)
-	us.backend = ep.index
-	us.sentAt = e.now
-	us.token++
-	if !s.alive {
-		us.state = refusing
-		e.q.pushLane(e.refuseLane, e.now+int64(RefuseTime)+e.crossDelay(us), evRefused, u, us.token)
+	e.track(e.users[u].proxy, ep.index)
+	if e.hasWindow && e.now >= e.window[0] && e.now < e.window[1] {
+		e.sentAfter++
+	}
+	t.backend = ep.index
+	t.sentAt = e.now
+	t.next()
+	e.armTimeout(u, t)
+	switch {
+	case !s.alive:
+		t.state = refusing
+		e.q.pushLane(e.refuseLane, e.now+int64(RefuseTime)+e.crossDelay(u, t), evRefused, u, t.token)
+		return
+	case s.unavailable && !s.stalled:
+		t.state = answering
+		e.q.pushLane(e.slow.answerLane, e.now+int64(UnavailableTime)+e.crossDelay(u, t), evUnavailable, u, t.token)
 		return
 	}
-	us.state = atServer
 	s.account(e.now, e.step)
 	s.inflight++
 	s.peak = max(s.peak, s.inflight)
@@ -485,11 +540,13 @@ func (e *engine) attempt(u int32, req balancer.Request) {
 		s.stepPeak[k] = max(s.stepPeak[k], int32(s.inflight))
 	}
 	if s.capacity == 0 || s.busy < s.capacity {
+		t.state = atServer
 		s.busy++
-		e.q.pushLane(s.lane, e.now+e.serviceTime(s), evFinish, u, us.token)
+		e.q.pushLane(s.lane, e.now+e.serviceTime(s), evFinish, u, t.token)
 		return
 	}
-	s.waiting = append(s.waiting, u)
+	t.state = queued
+	s.waiting = append(s.waiting, ticket{u, t.token})
 }
 
 // serviceTime draws one service time of s, at least a nanosecond.
@@ -497,13 +554,18 @@ func (e *engine) serviceTime(s *server) int64 {
 	return int64(s.spec.ServiceTime(e.rng))
 }
 
-// finish is a backend's answer to user u's attempt.
+// finish is a backend's answer to user u's attempt, unless the backend is
+// stalled: then it holds the answer.
 func (e *engine) finish(u int32, token uint32) {
-	us := &e.users[u]
-	if us.token != token || us.state != atServer {
-		return // the attempt failed when its backend died
+	t := e.tryOf(u, token)
+	if t == nil || t.state != atServer {
+		return // the attempt failed when its backend died, or left it
 	}
-	s := &e.servers[us.backend]
+	s := &e.servers[t.backend]
+	if s.stalled {
+		s.held = append(s.held, ticket{u, token})
+		return
+	}
 	s.account(e.now, e.step)
 	s.inflight--
 	s.busy--
@@ -515,25 +577,28 @@ func (e *engine) finish(u int32, token uint32) {
 	var load balancer.Load
 	if s.meter != nil {
 		load = s.meter.report(e.now, e.delay, s.inflight)
-		s.meter.answered(e.now - us.sentAt)
+		s.meter.answered(e.now - t.sentAt)
 	}
-	if d := e.crossDelay(us); d > 0 {
+	if d := e.crossDelay(u, t); d > 0 {
 		// The backend is free; the answer reaches the proxy d later.
-		us.state = returning
+		t.state = returning
 		if e.carried != nil {
-			e.carried[u] = load
+			e.carried[e.carriedAt(u, t)] = load
 		}
-		e.q.pushLane(e.crossLane, e.now+d, evAnswer, u, us.token)
+		e.q.pushLane(e.crossLane, e.now+d, evAnswer, u, t.token)
 		return
 	}
-	e.answer(u, load)
+	e.answer(u, t, load)
 }
 
-// answer is the answer to user u's attempt, with the backend's report,
-// reaching its proxy.
-func (e *engine) answer(u int32, load balancer.Load) {
+// answer is the answer to user u's attempt t, with the backend's report,
+// reaching its proxy: the request's success. The other attempt, if one is
+// under way, has lost.
+func (e *engine) answer(u int32, t *try, load balancer.Load) {
 	us := &e.users[u]
-	e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt), Load: load})
+	e.done(us, t, balancer.Result{Latency: time.Duration(e.now - t.sentAt), Load: load})
+	e.observe(us, t)
+	e.cancelOther(u, t)
 	e.latency.Record(time.Duration(e.now - us.start))
 	if e.exact != nil {
 		e.exact = append(e.exact, time.Duration(e.now-us.start))
@@ -549,30 +614,37 @@ func (e *engine) answer(u int32, load balancer.Load) {
 	e.rest(u)
 }
 
-// startNext starts serving the first request queued at s.
+// startNext starts serving the first request queued at s that is still
+// there.
 func (e *engine) startNext(s *server) {
-	next := s.waiting[s.head]
-	s.head++
-	if s.head == len(s.waiting) {
-		s.waiting, s.head = s.waiting[:0], 0
+	for s.head < len(s.waiting) {
+		next := s.waiting[s.head]
+		s.head++
+		if s.head == len(s.waiting) {
+			s.waiting, s.head = s.waiting[:0], 0
+		}
+		if t := e.tryOf(next.user, next.token); t != nil && t.state == queued {
+			t.state = atServer
+			s.busy++
+			e.q.pushLane(s.lane, e.now+e.serviceTime(s), evFinish, next.user, next.token)
+			return
+		}
 	}
-	s.busy++
-	e.q.pushLane(s.lane, e.now+e.serviceTime(s), evFinish, next, e.users[next].token)
 }
 
 // refused ends user u's attempt on a dead backend, and retries it on
 // another when the variant says so.
 func (e *engine) refused(u int32, token uint32) {
 	us := &e.users[u]
-	if us.token != token || us.state != refusing {
+	t := e.tryOf(u, token)
+	if t == nil || t.state != refusing {
 		return
 	}
-	s := &e.servers[us.backend]
+	s := &e.servers[t.backend]
 	s.refusals++
-	failed := e.eps[us.backend].id
-	e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt), Err: s.refused})
+	e.done(us, t, balancer.Result{Latency: time.Duration(e.now - t.sentAt), Err: s.refused})
 	e.apply()
-	e.retryOrFail(u, failed)
+	e.retryOrFail(u)
 }
 
 // kill makes backend i dead: the requests at it fail, in user order, and
@@ -586,42 +658,58 @@ func (e *engine) kill(i int32) {
 	s.account(e.now, e.step)
 	for u := range e.users {
 		us := &e.users[u]
-		if us.state != atServer || us.backend != i {
-			continue
+		for _, t := range e.tries(int32(u)) {
+			if t == nil || (t.state != atServer && t.state != queued) || t.backend != i {
+				continue
+			}
+			t.next() // its pending answer, if any, is void
+			s.resets++
+			e.done(us, t, balancer.Result{Latency: time.Duration(e.now - t.sentAt), Err: s.reset})
+			// A retry goes elsewhere (Avoid), or is refused here: s is no
+			// longer alive, so nothing joins its queue during this loop.
+			e.retryOrFail(int32(u))
 		}
-		us.token++ // its pending answer, if any, is void
-		s.resets++
-		failed := e.eps[us.backend].id
-		e.done(us, balancer.Result{Latency: time.Duration(e.now - us.sentAt), Err: s.reset})
-		// A retry goes elsewhere (Avoid), or is refused here: s is no
-		// longer alive, so nothing joins its queue during this loop.
-		e.retryOrFail(int32(u), failed)
 	}
 	s.inflight, s.busy = 0, 0
 	s.waiting, s.head = s.waiting[:0], 0
+	s.held = s.held[:0]
 	e.apply()
 }
 
-// retryOrFail sends user u's request again, on another backend than the
-// one that failed it, if the variant retries and attempts are left; else
-// the request fails.
-func (e *engine) retryOrFail(u int32, failed string) {
+// retryOrFail is what follows an attempt of user u that failed, once its
+// Done has reported it: if another attempt of the request (a hedge) is
+// still in flight, that one decides; otherwise the request is sent again,
+// to another backend than the one that failed it last, if the variant
+// retries and attempts are left (and the deadline and the budget allow);
+// else it fails.
+func (e *engine) retryOrFail(u int32) {
 	us := &e.users[u]
-	if e.variant&Retry != 0 && us.attempt+1 < MaxAttempts {
+	failed := us.backend
+	if e.hedges != nil {
+		h := &e.hedges[u]
+		if us.inFlight() || h.inFlight() {
+			return // the other attempt decides
+		}
+		if us.hedged {
+			failed = h.backend // as lbhttp: the hedge's error is the round's
+		}
+		us.hedged = false
+	}
+	if e.again(us) {
 		us.attempt++
 		e.retries++
-		e.attempt(u, balancer.Request{Key: us.key, Attempt: int(us.attempt), Avoid: failed})
+		e.attempt(u, balancer.Request{Key: us.key, Attempt: int(us.attempt), Avoid: e.eps[failed].id})
 		return
 	}
 	e.fail(u)
 }
 
-// done reports the end of user us's attempt to its proxy's picker.
-func (e *engine) done(us *user, r balancer.Result) {
-	us.state = idle
+// done reports the end of user us's attempt t to its proxy's picker.
+func (e *engine) done(us *user, t *try, r balancer.Result) {
+	t.state = idle
 	if fb := e.proxies[us.proxy].fb; fb != nil {
 		// The very value Pick returned: pickers return what Update gave.
-		fb.Done(e.eps[us.backend], r)
+		fb.Done(e.eps[t.backend], r)
 	}
 }
 
@@ -629,25 +717,40 @@ func (e *engine) done(us *user, r balancer.Result) {
 func (e *engine) fail(u int32) {
 	e.errs++
 	e.stepErrs[e.now/e.step]++
+	if e.hasWindow && e.now >= e.window[0] && e.now < e.window[1] {
+		e.errsAfter++
+	}
 	e.rest(u)
 }
 
-// rest schedules user u's next request after its think time.
+// rest ends user u's request and schedules its next one after its think
+// time.
 func (e *engine) rest(u int32) {
 	us := &e.users[u]
+	if us.pending {
+		us.pending = false
+		e.maxWait = max(e.maxWait, e.now-us.start)
+	}
 	us.state = idle
 	us.backend = -1
 	e.q.pushLane(e.thinkLane, e.now+e.think, evSend, u, 0)
 }
 
 // probe is one round of active checks by proxy p: a live backend passes,
-// a dead one fails with a refused connection.
+// a dead one fails with a refused connection, a stalled one with a
+// timeout and one answering 503 with that.
 func (e *engine) probe(p int32) {
 	h := e.proxies[p].health
 	for i := range e.servers {
+		s := &e.servers[i]
 		var err error
-		if !e.servers[i].alive {
-			err = e.servers[i].refused
+		switch {
+		case !s.alive:
+			err = s.refused
+		case s.stalled:
+			err = s.hung
+		case s.unavailable:
+			err = s.unavail
 		}
 		h.Observe(e.eps[i].id, err)
 	}
@@ -701,7 +804,7 @@ func (e *engine) result(algo string, proxies int) Result {
 		Backends:  make([]BackendResult, len(e.servers)),
 	}
 	r.SetHistogram(&e.latency)
-	r.Extra = e.extras()
+	r.Extra = append(e.extras(), SlowFigures(e.sc, time.Duration(e.maxWait), e.latency.Quantile(0.999), e.sentAfter, e.okAfter+e.errsAfter)...)
 	var sent int64
 	for i := range e.servers {
 		sent += e.servers[i].sent

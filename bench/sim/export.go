@@ -77,9 +77,14 @@ type (
 		Weight    int          `json:"weight"`
 		Capacity  int          `json:"capacity"`
 		Down      []jsonOutage `json:"down"`
-		// Neighbours is left out for a backend without one.
-		Neighbours []jsonNeighbour `json:"neighbours,omitempty"`
-		Zone       string          `json:"zone,omitempty"`
+		// Neighbours, Zone, Stalls, Unavailable and the tail are left out
+		// for a backend without them.
+		Neighbours  []jsonNeighbour `json:"neighbours,omitempty"`
+		Zone        string          `json:"zone,omitempty"`
+		Stalls      []jsonOutage    `json:"stalls,omitempty"`
+		Unavailable []jsonOutage    `json:"unavailable,omitempty"`
+		TailShare   float64         `json:"tail_share,omitempty"`
+		TailFactor  float64         `json:"tail_factor,omitempty"`
 	}
 	jsonNeighbour struct {
 		AtS    float64 `json:"at_s"`
@@ -126,9 +131,11 @@ type (
 		Leads    []jsonLead `json:"leads"`
 		TradeOff string     `json:"trade_off"`
 		Handling string     `json:"handling,omitempty"`
-		Versus   string     `json:"versus,omitempty"`
-		Contrast string     `json:"contrast,omitempty"`
-		Lines    []string   `json:"lines"`
+		// ByVariant is left out when the verdict has none.
+		ByVariant []string `json:"by_variant,omitempty"`
+		Versus    string   `json:"versus,omitempty"`
+		Contrast  string   `json:"contrast,omitempty"`
+		Lines     []string `json:"lines"`
 	}
 	jsonLead struct {
 		Metric  string   `json:"metric"`
@@ -214,6 +221,13 @@ func jsonScenarioOf(sr *ScenarioReport) jsonScenario {
 		for _, n := range b.Neighbours {
 			jb.Neighbours = append(jb.Neighbours, jsonNeighbour{AtS: n.At.Seconds(), UntilS: n.Until.Seconds(), Takes: n.Takes})
 		}
+		for _, o := range b.Stalls {
+			jb.Stalls = append(jb.Stalls, jsonOutage{AtS: o.At.Seconds(), UntilS: o.Until.Seconds()})
+		}
+		for _, o := range b.Unavailable {
+			jb.Unavailable = append(jb.Unavailable, jsonOutage{AtS: o.At.Seconds(), UntilS: o.Until.Seconds()})
+		}
+		jb.TailShare, jb.TailFactor = b.TailShare, b.TailFactor
 		js.Backends = append(js.Backends, jb)
 	}
 	metrics := sr.Metrics()
@@ -238,7 +252,8 @@ func jsonScenarioOf(sr *ScenarioReport) jsonScenario {
 		js.Results = append(js.Results, jr)
 	}
 	v := sr.Verdict()
-	js.Verdict = jsonVerdict{Variant: v.Variant.String(), TradeOff: v.TradeOff, Handling: v.Handling, Versus: v.Versus, Contrast: v.Contrast, Lines: v.Lines(sr.algorithms())}
+	js.Verdict = jsonVerdict{Variant: v.Variant.String(), TradeOff: v.TradeOff, Handling: v.Handling, ByVariant: v.ByVariant,
+		Versus: v.Versus, Contrast: v.Contrast, Lines: v.Lines(sr.algorithms())}
 	for _, l := range v.Leads {
 		js.Verdict.Leads = append(js.Verdict.Leads, jsonLead{Metric: l.Metric.Name, Leaders: l.Algorithms, Value: l.Value, Next: l.Next, Others: l.Others})
 	}

@@ -304,18 +304,28 @@ func (e *engine) subset(p int, a bench.Algorithm, bal balancer.Balancer) (balanc
 	return s, nil
 }
 
-// crossDelay returns the network time user us's attempt takes more for
+// crossDelay returns the network time user u's attempt t takes more for
 // crossing zones: CrossZone when its proxy and its backend are in
 // different zones, both known; zero otherwise.
-func (e *engine) crossDelay(us *user) int64 {
+func (e *engine) crossDelay(u int32, t *try) int64 {
 	if e.cross == 0 {
 		return 0
 	}
-	pz, bz := e.proxyZone[us.proxy], e.servers[us.backend].zone
+	pz, bz := e.proxyZone[e.users[u].proxy], e.servers[t.backend].zone
 	if pz >= 0 && bz >= 0 && pz != bz {
 		return e.cross
 	}
 	return 0
+}
+
+// carriedAt returns where user u's attempt t keeps the report its answer
+// carries across zones in engine.carried: the user's own, then its
+// hedge's.
+func (e *engine) carriedAt(u int32, t *try) int {
+	if t.token&hedgeToken != 0 {
+		return len(e.users) + int(u)
+	}
+	return int(u)
 }
 
 // span returns the span the attempt sent now counts in: 0 before the

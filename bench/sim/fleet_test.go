@@ -282,7 +282,7 @@ func TestFleetValidate(t *testing.T) {
 		{"cross-zone delay too long", func(s *sim.Scenario) { s.CrossZone = sim.MaxLength + 1 }},
 		{"negative subset", func(s *sim.Scenario) { s.SubsetSize = -1 }},
 		{"contrast without algorithm", func(s *sim.Scenario) { s.Contrast = &sim.Contrast{Variant: sim.Subset} }},
-		{"contrast of unknown variant", func(s *sim.Scenario) { s.Contrast = &sim.Contrast{Variant: 1 << 6, Algorithm: "rr"} }},
+		{"contrast of unknown variant", func(s *sim.Scenario) { s.Contrast = &sim.Contrast{Variant: 1 << 10, Algorithm: "rr"} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := fleetScenario(t, "zones")

@@ -212,6 +212,20 @@ func (s *Scenario) DescribeBackends() string {
 				fmt.Fprintf(&p, "-%v", n.Until)
 			}
 		}
+		for _, spans := range []struct {
+			key string
+			os  []Outage
+		}{{"stall", b.Stalls}, {"503", b.Unavailable}} {
+			for _, o := range spans.os {
+				fmt.Fprintf(&p, ":%s=%v", spans.key, o.At)
+				if o.Until != 0 {
+					fmt.Fprintf(&p, "-%v", o.Until)
+				}
+			}
+		}
+		if b.TailShare != 0 {
+			fmt.Fprintf(&p, ":tail=%s%%x%g", percent(b.TailShare), b.TailFactor)
+		}
 		if b.Name != "" {
 			fmt.Fprintf(&p, ":name=%s", b.Name)
 		}
@@ -221,6 +235,19 @@ func (s *Scenario) DescribeBackends() string {
 		parts[i] = p.String()
 	}
 	return joinRuns(parts, "x", ",")
+}
+
+// percent prints share as a percentage in the fewest digits that
+// ParseBackends reads back as share: 1 for 0.01, 7 for 0.07 (where
+// 100·0.07 prints 7.000000000000001).
+func percent(share float64) string {
+	for digits := 1; digits < 17; digits++ {
+		s := strconv.FormatFloat(100*share, 'g', digits, 64)
+		if v, err := strconv.ParseFloat(s, 64); err == nil && v/100 == share {
+			return s
+		}
+	}
+	return strconv.FormatFloat(100*share, 'g', -1, 64)
 }
 
 // Labels returns the backends' labels joined by '/', the order of the

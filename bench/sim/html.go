@@ -21,6 +21,7 @@ func palette(i int) string {
 const (
 	errorColour     = "#d62728"
 	neighbourColour = "#b7791f"
+	stallColour     = "#6b46a3"
 	leaderColour    = "#2b6cb0"
 	barColour       = "#a7c4e2"
 )
@@ -483,9 +484,19 @@ func lineChart(w *bufio.Writer, sc *Scenario, step time.Duration, c chartSpec) {
 		fmt.Fprintf(w, `<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="%s" stroke-dasharray="3 2"/>`, x(from), padT, x(from), padT+plotH, stroke)
 		fmt.Fprintf(w, `<text x="%.1f" y="%g" fill="%s">%s</text>`, x(from)+3, padT+11, stroke, esc(label))
 	}
-	for _, d := range sc.downs() {
-		o := d.outage
-		span(o.At, o.Until, "#fbe3e3", errorColour, fmt.Sprintf("%s down from %v%s", d.who, o.At, untilText(o)), d.who+" down")
+	for _, k := range []struct {
+		spans        func(*Backend) []Outage
+		fill, stroke string
+		what, label  string
+	}{
+		{func(b *Backend) []Outage { return b.Down }, "#fbe3e3", errorColour, "down", "down"},
+		{func(b *Backend) []Outage { return b.Stalls }, "#ece4f6", stallColour, "stalled", "stalled"},
+		{func(b *Backend) []Outage { return b.Unavailable }, "#fbe3e3", errorColour, "answering 503", "503"},
+	} {
+		for _, d := range sc.downs(k.spans) {
+			o := d.outage
+			span(o.At, o.Until, k.fill, k.stroke, fmt.Sprintf("%s %s from %v%s", d.who, k.what, o.At, untilText(o)), d.who+" "+k.label)
+		}
 	}
 	for i, b := range sc.Backends {
 		for _, n := range b.Neighbours {
@@ -652,14 +663,14 @@ type down struct {
 	who    string // "50ms", or "7 backends"
 }
 
-// downs returns the backends' outages, those of several backends at the
-// same times as one.
-func (s *Scenario) downs() []down {
+// downs returns the backends' spans that spans picks (their outages,
+// stalls or 503s), those of several backends at the same times as one.
+func (s *Scenario) downs(spans func(*Backend) []Outage) []down {
 	var out []down
 	count := map[Outage]int{}
 	first := map[Outage]int{}
-	for i, b := range s.Backends {
-		for _, o := range b.Down {
+	for i := range s.Backends {
+		for _, o := range spans(&s.Backends[i]) {
 			if count[o] == 0 {
 				first[o] = len(out)
 				out = append(out, down{outage: o, who: s.Label(i)})

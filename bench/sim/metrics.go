@@ -62,6 +62,10 @@ type Metric struct {
 	value  func(*Result) (float64, bool) // nil: Result.Extra by Name
 	sign   bool                          // tables print a sign: "+1.5%"
 	hidden bool                          // a column only when some run has a non-zero value
+	// byVariant asks the verdict to set the variants' figures side by
+	// side (Verdict.ByVariant), under phrase.
+	byVariant bool
+	phrase    string
 	// kept is, for a Lower metric the verdict ranks by, the part of all
 	// requests it leaves, when that compares runs better than a ratio:
 	// errors, whose best is often zero.

@@ -20,6 +20,9 @@ import (
 //	50ms:down=1m,150ms                 the first dies at 1m and stays dead
 //	50ms:down=1m-1m30s:down=2m-2m10s   dead twice
 //	50ms:c=16:nb=8@1m                  a neighbour takes 8 of its 16 slots from 1m
+//	50ms:stall=1m                      accepts and never answers from 1m
+//	50ms:503=1m-1m30s                  answers 503 from 1m to 1m30s
+//	50ms:tail=1%x20                    1% of its requests take 20 times as long
 //	50ms:name=fast                     "fast" in tables
 //	10ms:zone=a                        in zone a
 //	3x50ms:c=8,150ms                   three backends alike, then a fourth
@@ -27,11 +30,13 @@ import (
 // Options: w= weight (Backend.Weight), c= capacity (Backend.Capacity), j=
 // jitter (Backend.Jitter), s= sigma (Backend.Sigma), down=AT or AT-UNTIL
 // (Backend.Down, repeatable), nb=TAKES@AT or TAKES@AT-UNTIL
-// (Backend.Neighbours, repeatable), name= label (Backend.Name), zone=
-// zone (Backend.Zone). A leading Nx repeats the backend N times, up to
-// MaxBackends in all. Durations use Go's syntax (time.ParseDuration).
-// Errors wrap ErrScenario; values are checked further by
-// Scenario.Validate.
+// (Backend.Neighbours, repeatable), stall=AT or AT-UNTIL (Backend.Stalls,
+// repeatable), 503=AT or AT-UNTIL (Backend.Unavailable, repeatable),
+// tail=SHARE%xFACTOR (Backend.TailShare and TailFactor), name= label
+// (Backend.Name), zone= zone (Backend.Zone). A leading Nx repeats the
+// backend N times, up to MaxBackends in all. Durations use Go's syntax
+// (time.ParseDuration). Errors wrap ErrScenario; values are checked
+// further by Scenario.Validate.
 func ParseBackends(spec string) ([]Backend, error) {
 	if strings.TrimSpace(spec) == "" {
 		return nil, fmt.Errorf("%w: empty backend list", ErrScenario)
@@ -88,13 +93,30 @@ func parseBackend(item string) (Backend, error) {
 			b.Name = val
 		case "zone":
 			b.Zone = val
-		case "down":
+		case "down", "stall", "503":
 			var o Outage
 			at, until, ranged := strings.Cut(val, "-")
 			if o.At, err = time.ParseDuration(at); err == nil && ranged {
 				o.Until, err = time.ParseDuration(until)
 			}
-			b.Down = append(b.Down, o)
+			switch key {
+			case "down":
+				b.Down = append(b.Down, o)
+			case "stall":
+				b.Stalls = append(b.Stalls, o)
+			default:
+				b.Unavailable = append(b.Unavailable, o)
+			}
+		case "tail":
+			share, factor, found := strings.Cut(val, "%x")
+			if !found {
+				err = errors.New("want SHARE%xFACTOR, as 1%x20")
+				break
+			}
+			if b.TailShare, err = strconv.ParseFloat(share, 64); err == nil {
+				b.TailShare /= 100
+				b.TailFactor, err = strconv.ParseFloat(factor, 64)
+			}
 		case "nb":
 			var n Neighbour
 			takes, span, found := strings.Cut(val, "@")
@@ -112,7 +134,7 @@ func parseBackend(item string) (Backend, error) {
 		case "samples":
 			return b, errors.New("samples: measured latencies come from a file (lbsim -backends-file), not -backends")
 		default:
-			return b, fmt.Errorf("unknown option %q (want w, c, j, s, down, nb, name or zone)", key)
+			return b, fmt.Errorf("unknown option %q (want w, c, j, s, down, nb, stall, 503, tail, name or zone)", key)
 		}
 		if err != nil {
 			return b, fmt.Errorf("option %s: %v", key, err)

@@ -83,9 +83,19 @@ func mulDiv(d time.Duration, n, m int) time.Duration {
 
 // ServiceTime draws one service time of b from r: Latency, or uniform in
 // [Latency−Jitter, Latency+Jitter], or lognormal of median Latency and
-// shape Sigma, or one of its Samples, at least a nanosecond and at most
-// MaxLength.
+// shape Sigma, or one of its Samples; then, with a tail, TailFactor times
+// that for a share TailShare of the draws (one more draw from r). It is at
+// least a nanosecond and at most MaxLength.
 func (b *Backend) ServiceTime(r *rand.Rand) time.Duration {
+	d := b.baseTime(r)
+	if b.TailShare > 0 && r.Float64() < b.TailShare {
+		d = time.Duration(min(float64(d)*b.TailFactor, float64(MaxLength)))
+	}
+	return d
+}
+
+// baseTime draws a service time without the tail.
+func (b *Backend) baseTime(r *rand.Rand) time.Duration {
 	l := int64(b.Latency)
 	switch {
 	case len(b.Samples) > 0:
@@ -101,7 +111,9 @@ func (b *Backend) ServiceTime(r *rand.Rand) time.Duration {
 }
 
 // fixed reports whether b's service time is always its Latency.
-func (b *Backend) fixed() bool { return b.Jitter == 0 && b.Sigma == 0 && len(b.Samples) == 0 }
+func (b *Backend) fixed() bool {
+	return b.Jitter == 0 && b.Sigma == 0 && len(b.Samples) == 0 && b.TailShare == 0
+}
 
 // SeriesStep is the step of a run's Series: the shortest of a few round
 // steps that cuts length into at most 300 samples.

@@ -17,6 +17,12 @@ const (
 	evProbeAnswer              // a probe's answer reaches its proxy
 	evRefresh                  // pickers that weigh reports recompute their weights
 	evAnswer                   // a backend's answer, crossing zones, reaches the user's proxy
+	evTimeout                  // an attempt's timeout (Timeout): it ends if still under way
+	evGiveUp                   // a user's ClientTimeout after its request began
+	evHedge                    // a hedge is due, if the attempt still waits (Hedge)
+	evUnavailable              // a backend's 503 answer to an attempt
+	evStall                    // a backend stalls (token 1) or resumes (0)
+	evStorm                    // a backend starts (token 1) or stops (0) answering 503
 )
 
 // event is one thing due at a virtual time. Events due at the same time run
@@ -25,7 +31,7 @@ type event struct {
 	at    int64 // virtual nanoseconds since the start
 	seq   uint64
 	arg   int32  // the user, backend or proxy
-	token uint32 // for evFinish and evRefused: the attempt it answers
+	token uint32 // for the events of an attempt: which; for evStall and evStorm: 1 to start, 0 to end
 	kind  uint8
 }
 

@@ -46,6 +46,9 @@ const (
 	// MaxBackends bounds the backends ParseBackends returns, repeats
 	// included ("300x10ms").
 	MaxBackends = 10_000
+	// MaxTailFactor bounds Backend.TailFactor: a tail a thousand times
+	// the median is already beyond any timeout.
+	MaxTailFactor = 1000
 	// MaxLength bounds every time a scenario holds: its length (the sum
 	// of its stages), its think time and check interval, each backend's
 	// latency and the end of each outage. 10,000 hours is over a year,
@@ -129,6 +132,12 @@ type Scenario struct {
 	// the one to set it against: the verdict judges Contrast.Variant's
 	// runs, and adds a line comparing one algorithm's figures under both.
 	Contrast *Contrast
+	// ClientTimeout is how long a user waits for the outcome of a
+	// request before it gives up (an error), as a load generator's client
+	// does: DefaultClientTimeout in the slow scenarios. The proxy then
+	// cancels the attempts under way, which their Dones report abandoned.
+	// Zero: users wait for ever. At most MaxLength.
+	ClientTimeout time.Duration
 }
 
 // Versus names two groups of algorithms the verdict compares by their
@@ -198,6 +207,25 @@ type Backend struct {
 	// means no zone. An attempt from a proxy in another zone takes
 	// Scenario.CrossZone more.
 	Zone string
+	// Stalls lists the times the backend accepts connections and sends
+	// no answer, its health checks' included: it serves as usual, but
+	// holds every answer until the stall ends, and then sends them at
+	// once. An attempt given up meanwhile (a timeout, a client that went
+	// away) leaves it.
+	Stalls []Outage
+	// Unavailable lists the times the backend answers every request,
+	// health checks included, with 503 Service Unavailable after
+	// UnavailableTime, without taking a slot: an overload, a bad deploy.
+	// Requests it had started finish as usual.
+	Unavailable []Outage
+	// TailShare, when positive, is the share of the backend's service
+	// times, drawn at random, that take TailFactor times as long: a
+	// heavy tail (a garbage collection, a cold cache, a slow disk).
+	// Below 1.
+	TailShare float64
+	// TailFactor is how many times longer a tail's service time is: 1
+	// to 1000, and set when TailShare is.
+	TailFactor float64
 }
 
 // Neighbour is a span during which a neighbour takes Takes of a backend's
@@ -233,11 +261,14 @@ type Stage struct {
 }
 
 // Variant is a set of features wrapped around each proxy's picker: failure
-// handling (health checks use package health; retries are the caller's,
-// as in a real proxy) and the fleet's decorators (packages locality and
+// handling (health checks use package health; retries, timeouts, the
+// retry budget and hedges are the caller's, as in a real proxy, and
+// follow lbhttp's Transport, whose Budget and Percentile the simulator
+// runs in virtual time) and the fleet's decorators (packages locality and
 // subset). They stack as the decorators' docs say: subset ▶ health ▶
-// locality ▶ the algorithm, one per zone.
-type Variant uint8
+// locality ▶ the algorithm, one per zone. Eight bits are taken; sixteen
+// leave room.
+type Variant uint16
 
 const (
 	// Active adds active checks: every CheckInterval each proxy probes each
@@ -249,12 +280,12 @@ const (
 	Passive
 	// Retry sends a failed attempt again at once, on another backend, as
 	// lbhttp's Transport does for a GET: Attempt+1 and Avoid set to the
-	// backend that failed it, up to MaxAttempts attempts in all. Both
-	// failures the simulator knows are retried: a refused connection
-	// (nothing was sent, so any request may go again) and a request in
+	// backend that failed it, up to MaxAttempts attempts in all. Every
+	// failure the simulator knows is retried: a refused connection
+	// (nothing was sent, so any request may go again), a request in
 	// flight on a backend when it died (a reset connection: safe to send
 	// again only because the users' requests are idempotent GETs; lbhttp
-	// would not resend a POST).
+	// would not resend a POST), a 503 (lbhttp's RetryOn) and a timeout.
 	Retry
 	// Locality wraps the picker in package locality: one picker per zone
 	// of the backends, the proxy's zone its Config.Zone and the users of
@@ -267,12 +298,33 @@ const (
 	// deterministic mode: proxy p of M is Index p of Count M and talks to
 	// Scenario.SubsetSize backends.
 	Subset
+	// Timeout bounds each attempt by AttemptTimeout from when it is sent
+	// and each request by RequestTimeout from its first attempt, as
+	// lbhttp's defaults do: an attempt still waiting then fails with
+	// lbhttp.ErrAttemptTimeout (or ErrRequestTimeout), a failure of its
+	// backend that health counts and lrt learns from, and it leaves the
+	// backend. Without it an attempt waits for its answer, or for the
+	// user to give up (Scenario.ClientTimeout).
+	Timeout
+	// Budget bounds retries and hedges with an lbhttp.Budget of lbhttp's
+	// defaults per proxy (20% of the requests plus 10 a second, over
+	// 10 s), on the virtual clock: a retry the budget refuses fails the
+	// request with its last error at once. It needs Retry.
+	Budget
+	// Hedge sends a second attempt (Attempt+1, Avoid the first) when the
+	// first has no answer after the proxy's HedgePercentile latency, kept
+	// in an lbhttp.Percentile, as lbhttp's Config.HedgePercentile does:
+	// the first answer wins, the other is cancelled and its Done reports
+	// it abandoned. Hedges count as attempts (MaxAttempts) and spend the
+	// budget. It needs Retry.
+	Hedge
 	// None is the bare picker.
 	None Variant = 0
 )
 
-// features are the known Variant bits.
-const features = Active | Passive | Retry | Locality | Subset
+// features are the known Variant bits, in String's order: contiguous from
+// Active, so that a loop shifting a bit from Active ends past the last.
+const features = Active | Passive | Retry | Locality | Subset | Timeout | Budget | Hedge
 
 // MaxAttempts is the number of attempts a request gets with Retry.
 const MaxAttempts = 3
@@ -287,13 +339,13 @@ func (v Variant) String() string {
 		return "none"
 	}
 	var parts []string
-	for f := Active; f <= Subset; f <<= 1 {
+	for f := Active; f&features != 0; f <<= 1 {
 		if v&f != 0 {
 			parts = append(parts, f.feature())
 		}
 	}
 	if rest := v &^ features; rest != 0 {
-		parts = append(parts, fmt.Sprintf("0x%x", uint8(rest)))
+		parts = append(parts, fmt.Sprintf("0x%x", uint16(rest)))
 	}
 	return strings.Join(parts, "+")
 }
@@ -311,12 +363,19 @@ func (v Variant) feature() string {
 		return "locality"
 	case Subset:
 		return "subset"
+	case Timeout:
+		return "timeout"
+	case Budget:
+		return "budget"
+	case Hedge:
+		return "hedge"
 	}
 	return ""
 }
 
 // ParseVariant parses what String returns: "none", or features among
-// "active", "passive", "retry", "locality" and "subset" joined by '+'.
+// "active", "passive", "retry", "locality", "subset", "timeout", "budget"
+// and "hedge" joined by '+'.
 func ParseVariant(s string) (Variant, error) {
 	if s == "none" {
 		return None, nil
@@ -324,13 +383,13 @@ func ParseVariant(s string) (Variant, error) {
 	var v Variant
 next:
 	for _, part := range strings.Split(s, "+") {
-		for f := Active; f <= Subset; f <<= 1 {
+		for f := Active; f&features != 0; f <<= 1 {
 			if part == f.feature() {
 				v |= f
 				continue next
 			}
 		}
-		return 0, fmt.Errorf("%w: variant %q: want none, or active, passive, retry, locality and subset joined by '+'", ErrScenario, s)
+		return 0, fmt.Errorf("%w: variant %q: want none, or active, passive, retry, locality, subset, timeout, budget and hedge joined by '+'", ErrScenario, s)
 	}
 	return v, nil
 }
@@ -478,6 +537,8 @@ func cloneBackends(bs []Backend) []Backend {
 		out[i] = b
 		out[i].Down = append([]Outage(nil), b.Down...)
 		out[i].Neighbours = append([]Neighbour(nil), b.Neighbours...)
+		out[i].Stalls = append([]Outage(nil), b.Stalls...)
+		out[i].Unavailable = append([]Outage(nil), b.Unavailable...)
 	}
 	return out
 }
@@ -503,11 +564,12 @@ func (s *Scenario) Length() time.Duration {
 
 // Requests estimates the user requests one run of s simulates, to size a
 // job before it starts: the users over time, each sending one request per
-// think time plus the fastest backend's latency, as if every request went
-// there and none queued. Most runs simulate fewer (round robin in the
-// steady scenario, 0.43 of it; lrt-naive 0.96); a dead backend that
-// refuses at once, taking a bare picker's requests, can bring up to half
-// as many more. It is zero for a scenario without backends.
+// think time plus the fastest backend's latency (or the ClientTimeout, if
+// shorter), as if every request went there and none queued. Most runs
+// simulate fewer (round robin in the steady scenario, 0.43 of it;
+// lrt-naive 0.96); a dead backend that refuses at once, taking a bare
+// picker's requests, can bring up to half as many more. It is zero for a
+// scenario without backends.
 func (s *Scenario) Requests() float64 {
 	if len(s.Backends) == 0 {
 		return 0
@@ -515,6 +577,9 @@ func (s *Scenario) Requests() float64 {
 	fastest := s.Backends[0].Latency
 	for _, b := range s.Backends {
 		fastest = min(fastest, b.Latency)
+	}
+	if s.ClientTimeout > 0 {
+		fastest = min(fastest, s.ClientTimeout)
 	}
 	var userTime float64 // ∫ users dt, in user·s, for linear stages
 	prev := float64(s.Users)
@@ -535,14 +600,18 @@ func (s *Scenario) PeakUsers() int {
 }
 
 // FirstOutage returns the earliest outage of any backend, and false if
-// there is none. The report compares throughput before and after it.
+// there is none: a span in which a backend is dead (Down), stalled
+// (Stalls) or answering 503 (Unavailable); of two that start together,
+// the first listed. The report compares throughput before and during it.
 func (s *Scenario) FirstOutage() (Outage, bool) {
 	var first Outage
 	found := false
 	for _, b := range s.Backends {
-		for _, o := range b.Down {
-			if !found || o.At < first.At {
-				first, found = o, true
+		for _, os := range [][]Outage{b.Down, b.Stalls, b.Unavailable} {
+			for _, o := range os {
+				if !found || o.At < first.At {
+					first, found = o, true
+				}
 			}
 		}
 	}
@@ -647,9 +716,15 @@ func (s *Scenario) Validate() error {
 	if s.CheckInterval < 0 || s.CheckInterval > 0 && s.CheckInterval < time.Millisecond || s.CheckInterval > MaxLength {
 		return bad("check interval %v: want zero (the default) or from 1ms to %v", s.CheckInterval, MaxLength)
 	}
+	if s.ClientTimeout < 0 || s.ClientTimeout > MaxLength {
+		return bad("client timeout %v outside [0, %v]", s.ClientTimeout, MaxLength)
+	}
 	for _, v := range s.Variants {
-		if v&^features != 0 {
+		switch {
+		case v&^features != 0:
 			return bad("unknown variant %v", v)
+		case v&(Budget|Hedge) != 0 && v&Retry == 0:
+			return bad("variant %v: budget and hedge need retry (with one attempt a request has nothing to budget or hedge)", v)
 		}
 	}
 	if s.ReportDelay < 0 || s.ReportDelay > MaxReportDelay {
@@ -690,15 +765,26 @@ func (b *Backend) validate(length time.Duration) error {
 		return fmt.Errorf("weight %d outside [0, %d]", b.Weight, balancer.MaxWeight)
 	case b.Capacity < 0:
 		return fmt.Errorf("negative capacity %d", b.Capacity)
+	case !(b.TailShare >= 0 && b.TailShare < 1):
+		return fmt.Errorf("tail share %v outside [0, 1)", b.TailShare)
+	case b.TailShare > 0 && !(b.TailFactor >= 1 && b.TailFactor <= MaxTailFactor):
+		return fmt.Errorf("tail factor %v outside [1, %d]", b.TailFactor, MaxTailFactor)
+	case b.TailShare == 0 && b.TailFactor != 0:
+		return fmt.Errorf("tail factor %v without a tail share", b.TailFactor)
 	}
 	for _, d := range b.Samples {
 		if d < 0 || d > MaxLength {
 			return fmt.Errorf("sample %v outside [0, %v]", d, MaxLength)
 		}
 	}
-	if err := checkSpans(len(b.Down), func(i int) (time.Duration, time.Duration) { return b.Down[i].At, b.Down[i].Until },
-		length, "outage", "starts", "ends"); err != nil {
-		return err
+	for _, spans := range []struct {
+		os   []Outage
+		what string
+	}{{b.Down, "outage"}, {b.Stalls, "stall"}, {b.Unavailable, "503 span"}} {
+		if err := checkSpans(len(spans.os), func(i int) (time.Duration, time.Duration) { return spans.os[i].At, spans.os[i].Until },
+			length, spans.what, "starts", "ends"); err != nil {
+			return err
+		}
 	}
 	for _, n := range b.Neighbours {
 		switch {
@@ -737,8 +823,8 @@ func checkSpans(n int, span func(int) (at, until time.Duration), length time.Dur
 	return nil
 }
 
-// Scale returns a copy of s whose stage durations, outage times and
-// neighbours' times are multiplied by f (rounded to the millisecond, a stage lasting at least
+// Scale returns a copy of s whose stage durations, outage times (stalls
+// and 503 spans included) and neighbours' times are multiplied by f (rounded to the millisecond, a stage lasting at least
 // one; a time too large for a Duration becomes the largest one, which
 // Validate refuses): -duration uses it to shorten or stretch a profile.
 func (s Scenario) Scale(f float64) Scenario {
@@ -766,8 +852,10 @@ func (s Scenario) Scale(f float64) Scenario {
 	s.Backends = cloneBackends(s.Backends)
 	for i := range s.Backends {
 		b := &s.Backends[i]
-		for j := range b.Down {
-			span(&b.Down[j].At, &b.Down[j].Until)
+		for _, os := range [][]Outage{b.Down, b.Stalls, b.Unavailable} {
+			for j := range os {
+				span(&os[j].At, &os[j].Until)
+			}
 		}
 		for j := range b.Neighbours {
 			span(&b.Neighbours[j].At, &b.Neighbours[j].Until)

@@ -255,8 +255,9 @@ func TestDistributions(t *testing.T) {
 }
 
 func TestDeterministic(t *testing.T) {
-	scs := []sim.Scenario{scenario(t, "burst").Scale(0.05), scenario(t, "failure-cap").Scale(0.05)}
-	scs[0].Backends[1].Sigma = 0.5 // draws from the seeded source too
+	scs := []sim.Scenario{scenario(t, "burst").Scale(0.05), scenario(t, "failure-cap").Scale(0.05), sim.SlowScenarios(nil)[0].Scale(0.2)}
+	scs[0].Backends[1].Sigma = 0.5                                         // draws from the seeded source too
+	scs[2].Backends[1].TailShare, scs[2].Backends[1].TailFactor = 0.05, 20 // and the hedges have work
 	// The algorithms that draw random numbers or read the clock, and one
 	// that does neither.
 	algos := []bench.Algorithm{algo(t, "rr"), algo(t, "leastconn"), algo(t, "lrt"), algo(t, "ring-bounded")}
@@ -526,7 +527,24 @@ func TestValidate(t *testing.T) {
 		{"negative think", func(s *sim.Scenario) { s.Think = -1 }},
 		{"negative interval", func(s *sim.Scenario) { s.CheckInterval = -1 }},
 		{"tiny interval", func(s *sim.Scenario) { s.CheckInterval = time.Microsecond }},
-		{"bad variant", func(s *sim.Scenario) { s.Variants = []sim.Variant{1 << 5} }},
+		{"bad variant", func(s *sim.Scenario) { s.Variants = []sim.Variant{1 << 10} }},
+		{"budget without retry", func(s *sim.Scenario) { s.Variants = []sim.Variant{sim.Active | sim.Timeout | sim.Budget} }},
+		{"hedge without retry", func(s *sim.Scenario) { s.Variants = []sim.Variant{sim.Hedge} }},
+		{"negative client timeout", func(s *sim.Scenario) { s.ClientTimeout = -1 }},
+		{"client timeout too long", func(s *sim.Scenario) { s.ClientTimeout = sim.MaxLength + 1 }},
+		{"negative tail", func(s *sim.Scenario) { s.Backends[1].TailShare, s.Backends[1].TailFactor = -0.01, 20 }},
+		{"tail of all", func(s *sim.Scenario) { s.Backends[1].TailShare, s.Backends[1].TailFactor = 1, 20 }},
+		{"tail NaN", func(s *sim.Scenario) { s.Backends[1].TailShare, s.Backends[1].TailFactor = math.NaN(), 20 }},
+		{"tail without factor", func(s *sim.Scenario) { s.Backends[1].TailShare = 0.01 }},
+		{"tail factor too big", func(s *sim.Scenario) { s.Backends[1].TailShare, s.Backends[1].TailFactor = 0.01, 1e6 }},
+		{"factor without tail", func(s *sim.Scenario) { s.Backends[1].TailFactor = 20 }},
+		{"stall after the end", func(s *sim.Scenario) { s.Backends[1].Stalls = []sim.Outage{{At: time.Hour}} }},
+		{"stalls overlap", func(s *sim.Scenario) {
+			s.Backends[1].Stalls = []sim.Outage{{At: time.Second, Until: 3 * time.Second}, {At: 2 * time.Second}}
+		}},
+		{"503 span ends first", func(s *sim.Scenario) {
+			s.Backends[1].Unavailable = []sim.Outage{{At: 2 * time.Second, Until: time.Second}}
+		}},
 		{"zero latency", func(s *sim.Scenario) { s.Backends[1].Latency = 0 }},
 		{"jitter too big", func(s *sim.Scenario) { s.Backends[1].Jitter = s.Backends[1].Latency }},
 		{"jitter and sigma", func(s *sim.Scenario) { s.Backends[1].Jitter, s.Backends[1].Sigma = 1, 0.1 }},
@@ -591,6 +609,18 @@ func TestParseBackends(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, bs, again, "DescribeBackends prints what ParseBackends reads")
 
+	bs, err = sim.ParseBackends("50ms:stall=1m:stall=2m-2m30s,150ms:503=1m-1m30s:tail=1%x20,300ms:tail=7%x2.5")
+	require.NoError(t, err)
+	assert.Equal(t, []sim.Backend{
+		{Latency: 50 * time.Millisecond, Stalls: []sim.Outage{{At: time.Minute}, {2 * time.Minute, 150 * time.Second}}},
+		{Latency: 150 * time.Millisecond, Unavailable: []sim.Outage{{time.Minute, 90 * time.Second}}, TailShare: 0.01, TailFactor: 20},
+		{Latency: 300 * time.Millisecond, TailShare: 0.07, TailFactor: 2.5},
+	}, bs)
+	sc = sim.Scenario{Backends: bs}
+	again, err = sim.ParseBackends(sc.DescribeBackends())
+	require.NoError(t, err)
+	assert.Equal(t, bs, again, "DescribeBackends prints stalls, 503s and tails as ParseBackends reads them")
+
 	bs, err = sim.ParseBackends("50ms:c=16:nb=8@1m,50ms:c=4:nb=1@10s-20s:nb=3@30s")
 	require.NoError(t, err)
 	assert.Equal(t, []sim.Backend{
@@ -603,7 +633,8 @@ func TestParseBackends(t *testing.T) {
 	assert.Equal(t, bs, again, "DescribeBackends prints neighbours as ParseBackends reads them")
 
 	for _, bad := range []string{"", "fast", "50ms:w", "50ms:w=x", "50ms:c=1.5", "50ms:q=1", "50ms:down=soon", "50ms:down=1m-x", "50ms:s=x", "50ms,,",
-		"50ms:c=4:nb=2", "50ms:c=4:nb=x@1m", "50ms:c=4:nb=2@soon", "50ms:c=4:nb=2@1m-x"} {
+		"50ms:c=4:nb=2", "50ms:c=4:nb=x@1m", "50ms:c=4:nb=2@soon", "50ms:c=4:nb=2@1m-x",
+		"50ms:stall=soon", "50ms:503=1m-x", "50ms:tail=1", "50ms:tail=x%x20", "50ms:tail=1%xy"} {
 		_, err := sim.ParseBackends(bad)
 		assert.ErrorIs(t, err, sim.ErrScenario, "%q", bad)
 	}
@@ -631,12 +662,14 @@ func TestParseStages(t *testing.T) {
 }
 
 func TestVariant(t *testing.T) {
-	for _, v := range append(sim.FailureVariants(), sim.Retry, sim.Passive|sim.Retry) {
+	for _, v := range append(append(sim.FailureVariants(), sim.SlowVariants()...), sim.Retry, sim.Passive|sim.Retry, sim.Retry|sim.Hedge) {
 		got, err := sim.ParseVariant(v.String())
 		require.NoError(t, err)
 		assert.Equal(t, v, got)
 	}
 	assert.Equal(t, "active+passive+retry", (sim.Retry | sim.Active | sim.Passive).String())
+	assert.Equal(t, "retry+timeout+budget+hedge", (sim.Hedge | sim.Budget | sim.Timeout | sim.Retry).String())
+	assert.Equal(t, "active+0x400", (sim.Active | 1<<10).String())
 	assert.True(t, sim.Passive.Health())
 	assert.False(t, sim.Retry.Health())
 	for _, bad := range []string{"", "all", "active+", "active+none"} {
@@ -851,13 +884,17 @@ func TestNoOverflow(t *testing.T) {
 func FuzzSimulate(f *testing.F) {
 	h := int64(time.Hour)
 	// users, target, two stages, think, latency, jitter, sigma, capacity,
-	// outage, check interval, variant, proxies
-	f.Add(100, 100, int64(3*time.Minute), int64(0), 3000*h, int64(50*time.Millisecond), int64(0), 0.0, 0, int64(0), int64(0), int64(0), uint8(0), 1)
-	f.Add(10, 10, 2_000_000*h, 2_000_000*h, int64(100*time.Millisecond), int64(50*time.Millisecond), int64(0), 0.0, 0, int64(0), int64(0), int64(0), uint8(0), 1)
-	f.Add(0, 10_000, 9000*h, int64(time.Second), int64(sim.MaxLength), int64(time.Millisecond), int64(0), 4.0, 1, int64(time.Second), int64(2*time.Second), int64(time.Second), uint8(7), 3)
-	f.Add(5, 1, int64(time.Second), int64(time.Second), int64(0), int64(10*time.Millisecond), int64(9*time.Millisecond), 0.0, 2, int64(500*time.Millisecond), int64(0), int64(time.Millisecond), uint8(3), 2)
+	// outage, check interval, variant, proxies, the outage's kind (dead,
+	// stalled, 503), a tail share (×20) and the client timeout
+	ms := int64(time.Millisecond)
+	f.Add(100, 100, int64(3*time.Minute), int64(0), 3000*h, 50*ms, int64(0), 0.0, 0, int64(0), int64(0), int64(0), uint8(0), 1, uint8(0), 0.0, int64(0))
+	f.Add(10, 10, 2_000_000*h, 2_000_000*h, 100*ms, 50*ms, int64(0), 0.0, 0, int64(0), int64(0), int64(0), uint8(0), 1, uint8(0), 0.0, int64(0))
+	f.Add(0, 10_000, 9000*h, int64(time.Second), int64(sim.MaxLength), ms, int64(0), 4.0, 1, int64(time.Second), int64(2*time.Second), int64(time.Second), uint8(7), 3, uint8(0), 0.0, int64(0))
+	f.Add(5, 1, int64(time.Second), int64(time.Second), int64(0), 10*ms, 9*ms, 0.0, 2, 500*ms, int64(0), ms, uint8(3), 2, uint8(0), 0.0, int64(0))
+	f.Add(20, 20, int64(20*time.Second), int64(0), 10*ms, 10*ms, int64(0), 0.0, 2, int64(5*time.Second), int64(12*time.Second), int64(time.Second), uint8(0x3f), 2, uint8(1), 0.05, int64(3*time.Second))
+	f.Add(20, 20, int64(20*time.Second), int64(0), 10*ms, 10*ms, int64(0), 0.0, 0, int64(5*time.Second), int64(8*time.Second), int64(time.Second), uint8(0x1f), 1, uint8(2), 0.0, int64(0))
 	f.Fuzz(func(t *testing.T, users, target int, d1, d2, think, latency, jitter int64, sigma float64, capacity int,
-		at, until, interval int64, v uint8, proxies int) {
+		at, until, interval int64, v uint8, proxies int, kind uint8, tail float64, client int64) {
 		sc := sim.Scenario{
 			Name:          "fuzz",
 			Backends:      []sim.Backend{{Latency: time.Duration(latency), Jitter: time.Duration(jitter), Sigma: sigma, Capacity: capacity}, {Latency: time.Duration(latency)}},
@@ -866,19 +903,35 @@ func FuzzSimulate(f *testing.F) {
 			Think:         time.Duration(think),
 			CheckInterval: time.Duration(interval),
 			Variants:      []sim.Variant{sim.Variant(v)},
+			ClientTimeout: time.Duration(client),
 		}
 		if d2 != 0 {
 			sc.Stages = append(sc.Stages, sim.Stage{time.Duration(d2), users})
 		}
 		if at != 0 || until != 0 {
-			sc.Backends[0].Down = []sim.Outage{{At: time.Duration(at), Until: time.Duration(until)}}
+			o := []sim.Outage{{At: time.Duration(at), Until: time.Duration(until)}}
+			switch b := &sc.Backends[0]; kind % 3 {
+			case 0:
+				b.Down = o
+			case 1:
+				b.Stalls = o
+			case 2:
+				b.Unavailable = o
+			}
+		}
+		if tail != 0 {
+			sc.Backends[1].TailShare, sc.Backends[1].TailFactor = tail, 20
 		}
 		if sc.Validate() != nil || proxies < 1 || proxies > 16 {
 			return
 		}
 		// The work: each user's requests, the health ticks and probes.
 		length := sc.Length().Seconds()
-		cycle := max(sc.Think.Seconds()+sc.Backends[0].Latency.Seconds(), 1e-3)
+		wait := sc.Backends[0].Latency
+		if sc.ClientTimeout > 0 {
+			wait = min(wait, sc.ClientTimeout) // users who give up sooner send more
+		}
+		cycle := max(sc.Think.Seconds()+wait.Seconds(), 1e-9)
 		work := float64(sc.PeakUsers())*(length/cycle+1) + float64(proxies)*length/sc.Interval().Seconds()*3 + length*10*float64(proxies)
 		if work > 2e5 {
 			return

@@ -42,6 +42,13 @@ type Verdict struct {
 	// ...; p99 ms: 30.1 against 32.4"; empty without a Contrast, or when
 	// either run is missing.
 	Contrast string
+	// ByVariant sets the variants' figures side by side, a line for each
+	// of the scenario's own metrics that asks for it (the slow scenarios':
+	// attempts per request, the longest wait), with the range over the
+	// algorithms: "load amplification during the outage, by variant (the
+	// algorithms' range): none 1.00, active+passive+retry 2.93 to 3.00";
+	// empty when the scenario compares one variant.
+	ByVariant []string
 }
 
 // Lead is who leads by one metric in a scenario.
@@ -173,8 +180,44 @@ func (sr *ScenarioReport) Verdict() Verdict {
 		}
 		vd.Handling = fmt.Sprintf("%s, errors of all algorithms together: %s; judged under %v",
 			what, strings.Join(parts, ", "), v)
+		vd.ByVariant = sr.byVariant()
 	}
 	return vd
+}
+
+// byVariant sets the variants' figures side by side, for each metric of
+// the report that asks for it.
+func (sr *ScenarioReport) byVariant() []string {
+	var out []string
+	for _, m := range sr.Metrics() {
+		if !m.byVariant {
+			continue
+		}
+		var parts []string
+		for _, v := range sr.Scenario.RunVariants() {
+			lo, hi, found := 0.0, 0.0, false
+			for i := range sr.Results {
+				r := &sr.Results[i]
+				if x, ok := m.Value(r); ok && r.Variant == v {
+					if !found {
+						lo, hi, found = x, x, true
+					}
+					lo, hi = min(lo, x), max(hi, x)
+				}
+			}
+			switch {
+			case !found:
+			case m.Format(lo) == m.Format(hi):
+				parts = append(parts, fmt.Sprintf("%v %s", v, valueText(&m, lo)))
+			default:
+				parts = append(parts, fmt.Sprintf("%v %s to %s", v, m.Format(lo), valueText(&m, hi)))
+			}
+		}
+		if len(parts) > 0 {
+			out = append(out, fmt.Sprintf("%s, by variant (the algorithms' range): %s", m.phrase, strings.Join(parts, ", ")))
+		}
+	}
+	return out
 }
 
 // versus compares the best p99 of vs's groups among rs.
@@ -419,6 +462,7 @@ func (v *Verdict) Lines(algorithms int) []string {
 	if v.Handling != "" {
 		out = append(out, v.Handling)
 	}
+	out = append(out, v.ByVariant...)
 	if v.Versus != "" {
 		out = append(out, v.Versus)
 	}
