@@ -69,6 +69,9 @@ func (c Comparison) table(sr *ScenarioReport) *table {
 	}
 	t.header = append(t.header, "algorithm", "RPS sim", "RPS live", "ratio", "mean ms sim", "mean ms live", "ratio", "errors sim", "errors live")
 	t.right = append(t.right, false, true, true, true, true, true, true, true, true)
+	// No per-backend columns: a table too wide is printed whole, not
+	// split (the variants' names make it so: active+passive+retry+timeout).
+	t.keys, t.spread = len(t.header)-8, len(t.header)
 	for i := range sr.Results {
 		live := &sr.Results[i]
 		var row []string
