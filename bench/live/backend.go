@@ -1,6 +1,7 @@
 package live
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log"
@@ -48,11 +49,15 @@ type backend struct {
 	sent, refused, reset atomic.Int64
 	stepSent             []atomic.Int32
 
+	// Atomic: answering 503 (sim.Backend.Unavailable).
+	unavailable atomic.Bool
+
 	// Guarded by mu.
-	mu    sync.Mutex
-	rng   *rand.Rand
-	srv   *http.Server // the current life; nil while dead
-	spans []span
+	mu      sync.Mutex
+	rng     *rand.Rand
+	srv     *http.Server  // the current life; nil while dead
+	stalled chan struct{} // closed when the stall ends; nil when not stalled
+	spans   []span
 	// The service times' timers: how late they fired in all (real ns),
 	// and how many fired.
 	late  int64
@@ -129,6 +134,57 @@ func (b *backend) revive() error {
 	return nil
 }
 
+// apply makes the change c to the backend.
+func (b *backend) apply(c change) error {
+	switch c {
+	case kill:
+		b.kill()
+	case revive:
+		return b.revive()
+	case stall:
+		b.mu.Lock()
+		if b.stalled == nil {
+			b.stalled = make(chan struct{})
+		}
+		b.mu.Unlock()
+	case resume:
+		b.mu.Lock()
+		if b.stalled != nil {
+			close(b.stalled)
+			b.stalled = nil
+		}
+		b.mu.Unlock()
+	case storm, calm:
+		b.unavailable.Store(c == storm)
+	}
+	return nil
+}
+
+// hold waits while the backend is stalled, and reports whether the
+// request is still wanted then (its connection not closed: the proxy did
+// not give up on it, the backend was not killed).
+func (b *backend) hold(ctx context.Context) bool {
+	b.mu.Lock()
+	ch := b.stalled
+	b.mu.Unlock()
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// stalledNow reports whether the backend is stalled.
+func (b *backend) stalledNow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stalled != nil
+}
+
 // close kills the backend and waits for its goroutines.
 func (b *backend) close() {
 	b.kill()
@@ -136,15 +192,35 @@ func (b *backend) close() {
 }
 
 // ServeHTTP answers the health check at once, and any other request after
-// a capacity slot and the service time.
+// a capacity slot and the service time. As in the simulation, a stalled
+// backend holds every answer, the health check's included, until the
+// stall ends (or the connection closes), and one answering 503 answers
+// every request so after the (scaled) sim.UnavailableTime, without a slot,
+// and fails its health check.
 func (b *backend) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	ctx := req.Context()
 	if req.URL.Path == healthPath {
-		w.WriteHeader(http.StatusOK)
+		switch {
+		case !b.hold(ctx):
+		case b.unavailable.Load():
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
 		return
 	}
 	from := b.r.elapsed()
 	defer func() { b.record(span{from, b.r.elapsed()}) }()
-	ctx := req.Context()
+	if b.unavailable.Load() && !b.stalledNow() {
+		t := time.NewTimer(b.r.scaled(sim.UnavailableTime))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case <-ctx.Done():
+		}
+		return
+	}
 	if b.sem != nil {
 		// Waiting senders on a channel are served in arrival order: FIFO.
 		select {
@@ -170,6 +246,9 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	b.late += int64(max(late, 0))
 	b.fired++
 	b.mu.Unlock()
+	if !b.hold(ctx) {
+		return // stalled, and the proxy gave up
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write(okBody)
 }

@@ -33,7 +33,7 @@ func TestTimelineEndsWithScenario(t *testing.T) {
 	for _, e := range events {
 		assert.Less(t, e.at, sc.Length(), "event at or after the end: %+v", e)
 		switch {
-		case e.user < 0 && e.kill:
+		case e.user < 0 && e.change == kill:
 			kills++
 		case e.user < 0:
 			revives++

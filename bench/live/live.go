@@ -214,6 +214,7 @@ func scaleScenario(sc sim.Scenario, f float64) (sim.Scenario, error) {
 	out := sc
 	out.Think = scale(sc.Think)
 	out.CheckInterval = scale(sc.Interval())
+	out.ClientTimeout = scale(sc.ClientTimeout)
 	out.Stages = slices.Clone(sc.Stages)
 	for i := range out.Stages {
 		out.Stages[i].Duration = max(scale(sc.Stages[i].Duration), time.Microsecond)
@@ -230,11 +231,14 @@ func scaleScenario(sc sim.Scenario, f float64) (sim.Scenario, error) {
 			}
 			b.Samples = samples
 		}
-		b.Down = slices.Clone(b.Down)
-		for j := range b.Down {
-			b.Down[j].At = scale(b.Down[j].At)
-			if b.Down[j].Until != 0 {
-				b.Down[j].Until = max(scale(b.Down[j].Until), b.Down[j].At+time.Microsecond)
+		for _, os := range []*[]sim.Outage{&b.Down, &b.Stalls, &b.Unavailable} {
+			*os = slices.Clone(*os)
+			for j := range *os {
+				o := &(*os)[j]
+				o.At = scale(o.At)
+				if o.Until != 0 {
+					o.Until = max(scale(o.Until), o.At+time.Microsecond)
+				}
 			}
 		}
 	}
@@ -269,7 +273,8 @@ type run struct {
 	proxies  []*proxy
 	users    []*user
 
-	stepErrs []atomic.Int32 // failed user requests per series step
+	stepErrs   []atomic.Int32 // failed user requests per series step
+	sentDuring atomic.Int64   // attempts picked during the first outage
 
 	wg     sync.WaitGroup // user goroutines
 	closed bool           // close has run; the run's goroutine only
@@ -336,7 +341,7 @@ func (r *run) setUp(v sim.Variant, a bench.Algorithm, proxies int, seed uint64) 
 	}
 	r.users = make([]*user, r.sc.PeakUsers())
 	for u := range r.users {
-		r.users[u] = newUser(sim.UserAddr(u), r.proxies[u%proxies])
+		r.users[u] = newUser(sim.UserAddr(u), r.proxies[u%proxies], r.sc.ClientTimeout)
 	}
 	return nil
 }
@@ -377,14 +382,26 @@ func (r *run) stepOf(t int64) int {
 }
 
 // timed is something the run's clock does at a real time: a user joins or
-// leaves, a backend dies or comes back.
+// leaves, a backend changes (dies, comes back, stalls...).
 type timed struct {
-	at    time.Duration
-	user  int // -1 for a backend's event
-	join  bool
-	index int // the backend
-	kill  bool
+	at     time.Duration
+	user   int // -1 for a backend's event
+	join   bool
+	index  int // the backend
+	change change
 }
+
+// change is what happens to a backend at a timed event.
+type change uint8
+
+const (
+	revive change = iota // it listens again
+	kill                 // it closes its listener and its connections
+	stall                // it holds every answer
+	resume               // it sends the answers it held, and answers again
+	storm                // it answers 503
+	calm                 // it answers as usual again
+)
 
 // timeline returns what happens when, in time order, within the
 // scenario: as in the simulator, an event at or after its end (a revive
@@ -398,10 +415,15 @@ func (r *run) timeline() []timed {
 		}
 	}
 	for i, b := range r.sc.Backends {
-		for _, o := range b.Down {
-			add(timed{at: o.At, user: -1, index: i, kill: true})
-			if o.Until != 0 {
-				add(timed{at: o.Until, user: -1, index: i})
+		for _, spans := range []struct {
+			os          []sim.Outage
+			start, stop change
+		}{{b.Down, kill, revive}, {b.Stalls, stall, resume}, {b.Unavailable, storm, calm}} {
+			for _, o := range spans.os {
+				add(timed{at: o.At, user: -1, index: i, change: spans.start})
+				if o.Until != 0 {
+					add(timed{at: o.Until, user: -1, index: i, change: spans.stop})
+				}
 			}
 		}
 	}
@@ -472,10 +494,8 @@ func (r *run) do(e timed) error {
 		}
 	case e.user >= 0:
 		r.users[e.user].active.Store(false)
-	case e.kill:
-		r.backends[e.index].kill()
 	default:
-		return r.backends[e.index].revive()
+		return r.backends[e.index].apply(e.change)
 	}
 	return nil
 }

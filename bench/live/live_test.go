@@ -16,6 +16,7 @@ import (
 	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/live"
 	"github.com/lbkit/lbkit/bench/sim"
+	"github.com/lbkit/lbkit/examples/lbhttp"
 )
 
 // algo returns the configuration named name from bench.Algorithms.
@@ -410,4 +411,112 @@ func BenchmarkRig(b *testing.B) {
 			b.ReportMetric(float64(latency.Microseconds())/float64(requests), "µs/req-latency")
 		})
 	}
+}
+
+// slowScenario returns the slow scenario named name with 20 users, cut
+// to last length.
+func slowScenario(t *testing.T, name string, length time.Duration) sim.Scenario {
+	t.Helper()
+	for _, s := range sim.SlowScenarios(nil) {
+		if s.Name == name {
+			s = s.ScaleUsers(20)
+			return s.Scale(float64(length) / float64(s.Length()))
+		}
+	}
+	require.FailNow(t, "no slow scenario", name)
+	return sim.Scenario{}
+}
+
+// playBoth plays sc under two variants at the same time, so that the load
+// of the machine weighs on both alike, and returns both results.
+func playBoth(t *testing.T, sc sim.Scenario, a, b sim.Variant, algo bench.Algorithm, scale float64) (sim.Result, sim.Result) {
+	t.Helper()
+	var rs [2]sim.Result
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, v := range []sim.Variant{a, b} {
+		wg.Go(func() {
+			rs[i], errs[i] = live.Play(context.Background(), sc, v, algo, 1, live.Options{Scale: scale, Seed: 1})
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	return rs[0], rs[1]
+}
+
+// figure returns r's figure named name, failing t without it.
+func figure(t *testing.T, r sim.Result, name string) float64 {
+	t.Helper()
+	for _, m := range sim.SlowMetrics() {
+		if m.Name == name {
+			v, ok := m.Value(&r)
+			require.True(t, ok, "no %s in %v", name, r.Extra)
+			return v
+		}
+	}
+	require.FailNow(t, "no such metric", name)
+	return 0
+}
+
+// TestStall stalls a backend for real: it accepts connections, reads the
+// requests and answers none, its health checks included. Through a proxy
+// without timeouts the users it holds wait to the end of the run; through
+// one with lbhttp's timeouts (scaled: 2.5 s of real time per attempt) no
+// user waits much longer than one timeout and a live backend's answer, no
+// request fails, and the throughput during the stall is measurably higher.
+// Both proxies play at once: the machine's load weighs on both.
+func TestStall(t *testing.T) {
+	before := runtime.NumGoroutine()
+	const ready = sim.Active | sim.Passive | sim.Retry
+	sc := slowScenario(t, "stall", 15*time.Second) // stalls at 5 s
+	hang, timeout := playBoth(t, sc, ready, ready|sim.Timeout, algo(t, "rr"), 0.5)
+	t.Logf("without timeouts: RPS %.1f → %.1f, %d errors, longest wait %.2f s; with: RPS %.1f → %.1f, %d errors, %d retries, longest wait %.2f s",
+		hang.Failure.Before, hang.Failure.After, hang.Errors, figure(t, hang, "max_wait_s"),
+		timeout.Failure.Before, timeout.Failure.After, timeout.Errors, timeout.Retries, figure(t, timeout, "max_wait_s"))
+
+	assert.Zero(t, timeout.Errors, "every attempt that timed out was retried on a live backend")
+	assert.Positive(t, timeout.Retries)
+	wait := figure(t, timeout, "max_wait_s")
+	assert.Greater(t, wait, 5.0, "some user waited out a timeout (5 s of the scenario)")
+	assert.Less(t, wait, 10.0, "and no user two")
+	assert.Zero(t, timeout.Backends[0].Reset, "a timeout is not a broken connection")
+	assert.Greater(t, timeout.Failure.After, 1.2*hang.Failure.After, "users held by the stall send nothing more")
+	noLeak(t, before)
+}
+
+// TestStorm makes every backend answer 503 for a while, for real. Retries
+// without a budget send each request's every attempt, three; lbhttp's
+// budget (its window and minimum scaled) lets through at most what it
+// promises: over the storm, 20% of its requests and of those of the
+// window before it, plus 10 a second over both (in the scenario's time).
+// No request fails once the storm is over.
+func TestStorm(t *testing.T) {
+	before := runtime.NumGoroutine()
+	const ready = sim.Active | sim.Passive | sim.Retry
+	sc := slowScenario(t, "storm", 10*time.Second) // 503s from 3.3 to 5 s
+	storm := sc.Backends[0].Unavailable[0]
+	free, budget := playBoth(t, sc, ready, ready|sim.Timeout|sim.Budget, algo(t, "leastconn"), 0.5)
+	open, bounded := figure(t, free, "attempts_per_request_during"), figure(t, budget, "attempts_per_request_during")
+	t.Logf("attempts per request during the storm: retries %.2f, with the budget %.2f; errors %d and %d", open, bounded, free.Errors, budget.Errors)
+	assert.Greater(t, open, 2.5, "retries send (nearly) every attempt a request may make")
+	length := (storm.Until - storm.At).Seconds()
+	ended := budget.Failure.After*length + float64(budget.Errors) // at most: an error after the storm would count
+	window := lbhttp.DefaultBudgetWindow.Seconds()
+	bound := ended + lbhttp.DefaultBudgetRatio*(ended+budget.Failure.Before*min(window, storm.At.Seconds())) +
+		lbhttp.DefaultBudgetMinPerSecond*(length+window)
+	t.Logf("the budget's promise: %.2f attempts a request at most", bound/ended)
+	assert.LessOrEqual(t, bounded*ended, bound, "what the budget promises")
+	assert.Greater(t, bounded, 1.0, "and it lets some through")
+	for _, r := range []sim.Result{free, budget} {
+		assert.Positive(t, r.Errors, "every request fails during the storm")
+		for k, e := range r.Series.Errors {
+			// Half a second of the scenario after it, as in TestRevive: a
+			// change played late on a loaded machine.
+			if at := time.Duration(k) * r.Series.Step; at > storm.Until+500*time.Millisecond {
+				assert.Zero(t, e, "%v: errors at %v, after the storm", r.Variant, at)
+			}
+		}
+	}
+	noLeak(t, before)
 }

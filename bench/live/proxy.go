@@ -89,16 +89,15 @@ func (r *run) startProxy(a bench.Algorithm, v sim.Variant) (*proxy, error) {
 	p.base = lbhttp.NewBase()
 	p.base.DialContext = r.dial
 	p.base.MaxIdleConnsPerHost = max(lbhttp.DefaultMaxIdleConnsPerHost, r.sc.PeakUsers())
-	attempts := 1
-	if v&sim.Retry != 0 {
-		attempts = sim.MaxAttempts
+	cfg, err := r.transportConfig(v)
+	if err != nil {
+		p.close()
+		return nil, err
 	}
-	rp, err := lbhttp.NewProxy(p.meter, lbhttp.Config{
-		Base:           p.base,
-		TrustedProxies: loopback,
-		MaxAttempts:    attempts,
-		ErrorLog:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	cfg.Base = p.base
+	cfg.TrustedProxies = loopback
+	cfg.ErrorLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+	rp, err := lbhttp.NewProxy(p.meter, cfg)
 	if err != nil {
 		p.close()
 		return nil, fmt.Errorf("live: %s: %w", a.Name, err)
@@ -118,6 +117,38 @@ func (r *run) startProxy(a bench.Algorithm, v sim.Variant) (*proxy, error) {
 	}
 	p.conns.Go(func() { _ = p.srv.Serve(ln) })
 	return p, nil
+}
+
+// transportConfig returns the lbhttp.Config of a proxy under variant v, as
+// the simulator plays it: MaxAttempts sim.MaxAttempts with Retry, else
+// one; lbhttp's timeouts (scaled) with Timeout, else none; a Budget of
+// lbhttp's defaults (its window scaled, its minimum per second divided by
+// the scale) with Budget, else none; hedging at sim.HedgePercentile with
+// Hedge.
+func (r *run) transportConfig(v sim.Variant) (lbhttp.Config, error) {
+	cfg := lbhttp.Config{MaxAttempts: 1, AttemptTimeout: -1, RequestTimeout: -1, IdleTimeout: -1, NoBudget: true}
+	if v&sim.Retry != 0 {
+		cfg.MaxAttempts = sim.MaxAttempts
+	}
+	if v&sim.Timeout != 0 {
+		cfg.AttemptTimeout = r.scaled(lbhttp.DefaultAttemptTimeout)
+		cfg.RequestTimeout = r.scaled(lbhttp.DefaultRequestTimeout)
+		cfg.IdleTimeout = r.scaled(lbhttp.DefaultIdleTimeout)
+	}
+	if v&sim.Budget != 0 {
+		b, err := lbhttp.NewBudget(lbhttp.BudgetConfig{
+			Window:       r.scaled(lbhttp.DefaultBudgetWindow),
+			MinPerSecond: lbhttp.DefaultBudgetMinPerSecond / r.scale,
+		})
+		if err != nil {
+			return cfg, fmt.Errorf("live: budget: %w", err)
+		}
+		cfg.Budget, cfg.NoBudget = b, false
+	}
+	if v&sim.Hedge != 0 {
+		cfg.HedgePercentile = sim.HedgePercentile
+	}
+	return cfg, nil
 }
 
 // minProbeTimeout keeps a scaled probe timeout above the scheduling noise
@@ -141,9 +172,11 @@ func (p *proxy) close() {
 // meter is the picker a proxy's Transport sees: it passes Pick and Done
 // to the (health-wrapped) algorithm, counting on the way what the
 // simulation counts per backend: attempts sent, and attempts refused or
-// failed after they were sent, within the scenario (as in the
-// simulation, what happens after its end is not measured). Done converts
-// the latency to the scenario's time base before it passes it on.
+// broken off after they were sent (not timeouts or 5xx answers, which the
+// simulation does not count there either), within the scenario (as in
+// the simulation, what happens after its end is not measured). Done
+// converts the latency to the scenario's time base before it passes it
+// on.
 type meter struct {
 	inner   balancer.Picker
 	fb      balancer.Feedback // nil when inner learns nothing
@@ -168,6 +201,9 @@ func (m *meter) Pick(req balancer.Request) (balancer.Backend, error) {
 	if req.Attempt > 0 {
 		m.retries.Add(1)
 	}
+	if m.r.hasWindow && t >= m.r.window[0] && t < m.r.window[1] {
+		m.r.sentDuring.Add(1)
+	}
 	if be := m.r.byID[b.ID()]; be != nil {
 		be.sent.Add(1)
 		be.stepSent[m.r.stepOf(t)].Add(1)
@@ -178,9 +214,13 @@ func (m *meter) Pick(req balancer.Request) (balancer.Backend, error) {
 func (m *meter) Done(b balancer.Backend, res balancer.Result) {
 	if b != nil && res.Err != nil && !res.Abandoned() && m.r.elapsed() < m.r.length {
 		if be := m.r.byID[b.ID()]; be != nil {
-			if errors.Is(res.Err, syscall.ECONNREFUSED) {
+			var status *lbhttp.StatusError
+			switch {
+			case errors.Is(res.Err, syscall.ECONNREFUSED):
 				be.refused.Add(1)
-			} else {
+			case errors.Is(res.Err, lbhttp.ErrAttemptTimeout), errors.Is(res.Err, lbhttp.ErrRequestTimeout),
+				errors.Is(res.Err, lbhttp.ErrIdleTimeout), errors.As(res.Err, &status):
+			default:
 				be.reset.Add(1)
 			}
 		}

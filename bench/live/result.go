@@ -1,6 +1,7 @@
 package live
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -15,18 +16,25 @@ func (r *run) result(algo string, v sim.Variant, proxies int) sim.Result {
 	length := r.orig.Length()
 	res := sim.Result{Algorithm: algo, Variant: v, Proxies: proxies, Length: length}
 	var lat []time.Duration
-	var okBefore, okAfter int64
+	var okBefore, okAfter, errAfter int64
+	var maxWait time.Duration
 	for _, u := range r.users {
 		res.Requests += u.ok
 		res.Errors += u.errs
 		okBefore += u.okBefore
 		okAfter += u.okAfter
+		errAfter += u.errAfter
+		maxWait = max(maxWait, u.maxWait)
 		for _, l := range u.lat {
 			lat = append(lat, time.Duration(float64(l)/f))
 		}
 	}
 	res.RPS = float64(res.Requests) / length.Seconds()
-	res.SetLatencies(lat)
+	res.SetLatencies(lat) // sorts lat
+	var p999 time.Duration
+	if n := len(lat); n > 0 {
+		p999 = lat[max(int(math.Ceil(0.999*float64(n)))-1, 0)] // nearest rank, as the simulator's
+	}
 	for _, p := range r.proxies {
 		res.Retries += p.meter.retries.Load()
 	}
@@ -71,7 +79,8 @@ func (r *run) result(algo string, v sim.Variant, proxies int) sim.Result {
 		}
 		res.Series.InFlight[i], res.Series.RPS[i], res.Series.PeakInFlight[i] = in, rps, stepPeak
 	}
-	res.Extra = r.rig(res.Mean)
+	res.Extra = append(r.rig(res.Mean), sim.SlowFigures(&r.orig, time.Duration(float64(maxWait)/f), p999,
+		r.sentDuring.Load(), okAfter+errAfter)...)
 	if o, ok := r.orig.FirstOutage(); ok {
 		fr := &sim.FailureResult{Outage: o}
 		until := length

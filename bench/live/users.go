@@ -29,14 +29,18 @@ type user struct {
 	lat               []time.Duration // real latencies of successful requests
 	ok, errs          int64
 	okBefore, okAfter int64
+	errAfter          int64         // failed requests during the first outage
+	maxWait           time.Duration // the longest a request waited, success or error
 }
 
-func newUser(key string, p *proxy) *user {
+// newUser returns a user of proxy p who gives up on a request after
+// timeout (real time; zero for never), as sim.Scenario.ClientTimeout.
+func newUser(key string, p *proxy, timeout time.Duration) *user {
 	return &user{
 		key:  key,
 		url:  p.url,
 		wake: make(chan struct{}, 1),
-		client: &http.Client{Transport: &http.Transport{
+		client: &http.Client{Timeout: timeout, Transport: &http.Transport{
 			DialContext:         (&net.Dialer{}).DialContext,
 			MaxIdleConnsPerHost: 1, // one request at a time: one connection
 			DisableCompression:  true,
@@ -100,9 +104,13 @@ func (r *run) request(u *user) {
 	if r.ctx.Err() != nil || to >= r.length {
 		return
 	}
+	u.maxWait = max(u.maxWait, time.Duration(to-from))
 	if err != nil {
 		u.errs++
 		r.stepErrs[r.stepOf(to)].Add(1)
+		if r.hasWindow && to >= r.window[0] && to < r.window[1] {
+			u.errAfter++
+		}
 		return
 	}
 	u.ok++
