@@ -154,3 +154,28 @@ func ExampleFleetScenarios() {
 	// zones, 10 proxies: leastconn with locality against without: in zone % before: 97.3 against 37.9; in zone % during: 80.4 against 34.2; max load % before: 62.1 against 64.8; max load % during: 89.2 against 93.4; p99 ms: 32.9 against 35.7
 	// fleet, 100 proxies: rr with subset against without: conns/backend: 6.7 against 100.0; conns max: 7 against 100; least load: -11.6% against -3.8%; most load: +6.2% against +3.4%; p99 ms: 31.9 against 31.9
 }
+
+// The slow scenarios, and the lines their verdict adds: here the storm,
+// in which every request fails whatever the proxy does, and what differs
+// is the load the retries put on the backends: every attempt a request
+// may make without a budget, a fifth more with lbhttp's.
+func ExampleSlowScenarios() {
+	for _, sc := range sim.SlowScenarios(nil) {
+		fmt.Printf("%s: %v; backends %s\n", sc.Name, sc.Variants, sc.DescribeBackends())
+	}
+	storm := sim.SlowScenarios(nil)[1]
+	leastconn, _ := bench.Lookup("leastconn")
+	rep, err := sim.Run([]sim.Scenario{storm}, []bench.Algorithm{leastconn}, sim.Options{Seed: 1})
+	if err != nil {
+		panic(err)
+	}
+	v := rep.Scenarios[0].Verdict()
+	fmt.Println(v.Variant)
+	fmt.Println(v.ByVariant[1])
+	// Output:
+	// stall: [active+passive+retry active+passive+retry+timeout active+passive+retry+timeout+budget active+passive+retry+timeout+budget+hedge]; backends 50ms:w=6:stall=1m0s,150ms:w=3,300ms:w=2,500ms:w=1
+	// storm: [none active+passive+retry active+passive+retry+timeout+budget]; backends 50ms:w=6:503=1m0s-1m30s,150ms:w=3:503=1m0s-1m30s,300ms:w=2:503=1m0s-1m30s,500ms:w=1:503=1m0s-1m30s
+	// tail: [active+passive+retry active+passive+retry+timeout+budget active+passive+retry+timeout+budget+hedge]; backends 50ms:w=6:tail=1%x20,150ms:w=3:tail=1%x20,300ms:w=2:tail=1%x20,500ms:w=1:tail=1%x20
+	// active+passive+retry+timeout+budget
+	// load amplification during the outage, by variant (the algorithms' range): none 0.998, active+passive+retry 2.995, active+passive+retry+timeout+budget 1.208
+}

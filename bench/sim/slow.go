@@ -98,7 +98,7 @@ func SlowScenarios(bs []Backend) []Scenario {
 				bs[i].Unavailable = []Outage{{At: DefaultKillAt, Until: DefaultKillAt + StormLength}}
 			}
 		}),
-		mk("tail", []Variant{ready, defaults, defaults | Hedge}, defaults | Hedge, defaults, func(bs []Backend) {
+		mk("tail", []Variant{ready, defaults, defaults | Hedge}, defaults|Hedge, defaults, func(bs []Backend) {
 			for i := range bs {
 				if bs[i].TailShare == 0 {
 					bs[i].TailShare, bs[i].TailFactor = TailShare, TailFactor

@@ -281,21 +281,25 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	var (
 		scenarios = fs.String("scenarios", "", "scenarios to run, comma-separated: "+nameList(sim.Defaults(nil), scenarioName)+" (default: these six);\n"+
 			"or the load scenarios, whose backends report their load: "+nameList(sim.LoadScenarios(), scenarioName)+"\n"+
-			"(antagonist and hetero name both of theirs); or the fleet scenarios, each with proxies and backends of its own: "+nameList(sim.FleetScenarios(), scenarioName))
+			"(antagonist and hetero name both of theirs); or the fleet scenarios, each with proxies and backends of its own: "+nameList(sim.FleetScenarios(), scenarioName)+";\n"+
+			"or the slow scenarios, a backend that stalls, a storm of 503s, heavy tails, which compare timeouts, the retry budget and hedging: "+
+			nameList(sim.SlowScenarios(nil), scenarioName))
 		algoList = fs.String("algos", "", "algorithms, comma-separated: "+nameList(algos, algoName)+"\n"+
 			"(default: all but "+nameList(bench.LoadAware(), algoName)+", which weigh load reports and probes; all with a load scenario)")
-		variants = fs.String("variants", "", "failure handling and decorators for every scenario, comma-separated: none, or active, passive, retry, locality, subset joined by '+'\n"+
+		variants = fs.String("variants", "", "failure handling and decorators for every scenario, comma-separated: none, or active, passive, retry,\n"+
+			"locality, subset, timeout, budget, hedge joined by '+' (budget and hedge need retry)\n"+
 			"(default: none; the failure scenarios compare none,active,active+passive,active+passive+retry; zones active+passive+retry\n"+
-			"with and without locality; fleet none,subset)")
+			"with and without locality; fleet none,subset; the slow scenarios active+passive+retry with timeout, budget and hedge)")
 		seed     = fs.Uint64("seed", 1, "seed: the same seed prints the same tables")
 		duration = fs.Duration("duration", 0, "stretch or shrink each scenario to last this long, outage times included (default: as defined, 3m and 2m20s)")
 		users    = fs.Int("users", 0, "scale each profile so that it peaks at this many users (default: as defined, 100 or 250; 118 to 171 in the load scenarios)")
 		think    = fs.Duration("think", sim.DefaultThink, "time a user waits between an answer and its next request")
 		interval = fs.Duration("interval", sim.DefaultCheckInterval, "time between active health checks")
-		backends = fs.String("backends", "", "the backends, comma-separated: LATENCY[:w=WEIGHT][:c=CAPACITY][:j=JITTER|:s=SIGMA][:down=AT[-UNTIL]]...[:nb=TAKES@AT[-UNTIL]]...[:name=NAME][:zone=ZONE],\n"+
-			"each optionally preceded by Nx for N alike (300x10ms:c=4);\n"+
+		backends = fs.String("backends", "", "the backends, comma-separated: LATENCY[:w=WEIGHT][:c=CAPACITY][:j=JITTER|:s=SIGMA][:down=AT[-UNTIL]]...[:nb=TAKES@AT[-UNTIL]]...\n"+
+			"[:stall=AT[-UNTIL]]...[:503=AT[-UNTIL]]...[:tail=SHARE%xFACTOR][:name=NAME][:zone=ZONE], each optionally preceded by Nx for N alike (300x10ms:c=4);\n"+
 			"e.g. 50ms:w=6,150ms:w=3:c=8,300ms:j=50ms,500ms:s=0.5:down=1m-2m; weights are used by wrr only;\n"+
-			"nb= is a neighbour the proxies cannot see, taking TAKES of the backend's c= slots from AT (until UNTIL)\n"+
+			"nb= is a neighbour the proxies cannot see, taking TAKES of the backend's c= slots from AT (until UNTIL);\n"+
+			"stall= accepts and never answers, 503= answers 503 in 1ms, tail=1%x20 makes 1% of service times 20 times as long\n"+
 			"(default 50ms:w=6,150ms:w=3,300ms:w=2,500ms:w=1; -cap scenarios give backends without c= a capacity of "+strconv.Itoa(sim.DefaultCapacity)+")\n"+
 			"down= applies in every scenario run, so each outage must start within every scenario's length (burst lasts 2m20s;\n"+
 			"choose with -scenarios); the failure scenarios kill the first backend at 1m unless one has down=")
@@ -328,6 +332,7 @@ its verdict, and ends with the algorithm to use for these backends, why, and the
   lbsim -backends 20ms:c=4,80ms:c=4      your own backends
   lbsim -backends-file latencies.csv     your measured latencies (backend,latency_ms), or an nginx log with -log-format
   lbsim -json out.json -csv out.csv      every figure, for other tools
+  lbsim -scenarios stall,storm,tail      a stalled backend, a storm of 503s, heavy tails: timeouts, budget, hedging
   lbsim -live -scenarios steady          the same for real: lbhttp's reverse proxy, HTTP backends and clients
                                          on 127.0.0.1, every duration ×0.1 (-scale), 18 s per algorithm;
                                          then simulated vs live side by side
@@ -370,13 +375,13 @@ flags:`)
 			return nil, err
 		}
 	}
-	defaults, load := sim.Defaults(bs), sim.LoadScenarios()
+	defaults, load, slow := sim.Defaults(bs), sim.LoadScenarios(), sim.SlowScenarios(bs)
 	var picked []sim.Scenario
 	if *scenarios == "" {
 		picked = defaults
 	} else {
 		var err error
-		all := append(append(defaults, load...), sim.FleetScenarios()...)
+		all := append(append(append(defaults, load...), sim.FleetScenarios()...), slow...)
 		if picked, err = choose(groups(*scenarios, load), all, scenarioName, "scenario"); err != nil {
 			return nil, err
 		}

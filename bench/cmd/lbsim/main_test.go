@@ -35,6 +35,8 @@ func TestBadFlags(t *testing.T) {
 		{"unknown scenario", []string{"-scenarios", "steady,calm"}, `unknown scenario "calm"`},
 		{"unknown algorithm", []string{"-algos", "random"}, `unknown algorithm "random"`},
 		{"bad variant", []string{"-variants", "active+magic"}, `variant "active+magic"`},
+		{"hedge without retry", []string{"-scenarios", "tail", "-variants", "timeout+hedge"}, "budget and hedge need retry"},
+		{"stall after the end", []string{"-scenarios", "stall", "-stages", "30s:10"}, "stall at 1m0s outside the scenario's 30s"},
 		{"bad proxies", []string{"-proxies", "1,0"}, `-proxies: "0"`},
 		{"proxies not a number", []string{"-proxies", "ten"}, `-proxies: "ten"`},
 		{"negative duration", []string{"-duration", "-1s"}, "-duration"},
@@ -105,7 +107,8 @@ func TestHelp(t *testing.T) {
 	code, _, errs := runArgs("-help")
 	assert.Equal(t, 0, code)
 	for _, want := range []string{"-backends", "steady, burst, failure, steady-cap", "lrt-naive", "-proxies",
-		"antagonist-70, antagonist-95, hetero-70, hetero-95", "wrr-reported, leastconn-reports, prequal", "-report-delay", "nb=TAKES@AT"} {
+		"antagonist-70, antagonist-95, hetero-70, hetero-95", "wrr-reported, leastconn-reports, prequal", "-report-delay", "nb=TAKES@AT",
+		"stall, storm, tail", "timeout, budget, hedge", "stall=AT", "tail=SHARE%xFACTOR"} {
 		assert.Contains(t, errs, want)
 	}
 }
@@ -176,6 +179,28 @@ func TestFleetScenarios(t *testing.T) {
 	}
 	assert.NotContains(t, out, "zones, 2 proxies")
 	assert.NotContains(t, out, "fleet, 1 proxy")
+}
+
+// The slow scenarios run on request, each under its own variants, with
+// the columns and the verdict's lines of their own, and a summary over
+// them alone.
+func TestSlowScenarios(t *testing.T) {
+	code, out, errs := runArgs("-scenarios", "stall,storm,tail", "-algos", "rr,leastconn,lrt")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "lbsim: 30 runs in ", "stall 4 variants, storm 3, tail 3; 3 algorithms")
+	for _, want := range []string{"stall, 1 proxy: 100 users for 3m0s", "backends 50ms:w=6:stall=1m0s,150ms:w=3",
+		"storm, 1 proxy:", ":503=1m0s-1m30s", "tail, 1 proxy:", "50ms:w=6:tail=1%x20",
+		"att/req", "att/req during", "max wait s", "p99.9 ms",
+		"\nactive+passive+retry+timeout+budget+hedge  lrt ", "\nnone ",
+		"  load amplification during the outage, by variant (the algorithms' range): none ",
+		"  the longest wait, by variant (the algorithms' range): active+passive+retry ",
+		"  lowest p99.9: ", "summary, 1 proxy, over 3 scenarios (stall, storm, tail; "} {
+		assert.Contains(t, out, want)
+	}
+	assert.Regexp(t, `judged under active\+passive\+retry\+timeout\+budget\n.*\n  load amplification during the outage, by variant \(the algorithms' range\): `+
+		`none 0\.99[0-9] to 0\.99[0-9], active\+passive\+retry 2\.99[0-9] to 2\.99[0-9], active\+passive\+retry\+timeout\+budget 1\.20[0-9] to 1\.2[01][0-9]\n`,
+		out, "storm: the retries triple the load, the budget bounds it, and the verdict judges the budget")
+	assert.NotContains(t, out, "steady")
 }
 
 func TestMarkdownAndHTML(t *testing.T) {
