@@ -173,7 +173,7 @@ func ExampleSlowScenarios() {
 	fmt.Println(v.Variant)
 	fmt.Println(v.ByVariant[1])
 	// Output:
-	// stall: [active+passive+retry active+passive+retry+timeout active+passive+retry+timeout+budget active+passive+retry+timeout+budget+hedge]; backends 50ms:w=6:stall=1m0s,150ms:w=3,300ms:w=2,500ms:w=1
+	// stall: [active+passive+retry active+passive+retry+timeout+budget active+passive+retry+timeout+hedge active+passive+retry+timeout+budget+hedge]; backends 50ms:w=6:stall=1m0s,150ms:w=3,300ms:w=2,500ms:w=1
 	// storm: [none active+passive+retry active+passive+retry+timeout+budget]; backends 50ms:w=6:503=1m0s-1m30s,150ms:w=3:503=1m0s-1m30s,300ms:w=2:503=1m0s-1m30s,500ms:w=1:503=1m0s-1m30s
 	// tail: [active+passive+retry active+passive+retry+timeout+budget active+passive+retry+timeout+budget+hedge]; backends 50ms:w=6:tail=1%x20,150ms:w=3:tail=1%x20,300ms:w=2:tail=1%x20,500ms:w=1:tail=1%x20
 	// active+passive+retry+timeout+budget

@@ -42,17 +42,19 @@ type (
 		Summaries []jsonSummary  `json:"summaries"`
 	}
 	jsonScenario struct {
-		Name            string        `json:"name"`
-		Proxies         int           `json:"proxies"`
-		Description     string        `json:"description"`
-		Users           int           `json:"users"`
-		PeakUsers       int           `json:"peak_users"`
-		Stages          []jsonStage   `json:"stages"`
-		LengthS         float64       `json:"length_s"`
-		ThinkMS         float64       `json:"think_ms"`
-		CheckIntervalMS float64       `json:"check_interval_ms"`
-		ReportDelayMS   float64       `json:"report_delay_ms"`
-		ProbeRTTMS      float64       `json:"probe_rtt_ms"`
+		Name            string      `json:"name"`
+		Proxies         int         `json:"proxies"`
+		Description     string      `json:"description"`
+		Users           int         `json:"users"`
+		PeakUsers       int         `json:"peak_users"`
+		Stages          []jsonStage `json:"stages"`
+		LengthS         float64     `json:"length_s"`
+		ThinkMS         float64     `json:"think_ms"`
+		CheckIntervalMS float64     `json:"check_interval_ms"`
+		ReportDelayMS   float64     `json:"report_delay_ms"`
+		ProbeRTTMS      float64     `json:"probe_rtt_ms"`
+		// ClientTimeoutMS is left out when the users never give up.
+		ClientTimeoutMS float64       `json:"client_timeout_ms,omitempty"`
 		Variants        []string      `json:"variants"`
 		Backends        []jsonBackend `json:"backends"`
 		Metrics         []jsonMetric  `json:"metrics"`
@@ -203,7 +205,7 @@ func jsonScenarioOf(sr *ScenarioReport) jsonScenario {
 	js := jsonScenario{
 		Name: sc.Name, Proxies: sr.Proxies, Description: sc.Describe(), Users: sc.Users, PeakUsers: sc.PeakUsers(),
 		LengthS: sc.Length().Seconds(), ThinkMS: millis(sc.Think), CheckIntervalMS: millis(sc.Interval()),
-		ReportDelayMS: millis(sc.ReportDelay), ProbeRTTMS: millis(sc.RTT()),
+		ReportDelayMS: millis(sc.ReportDelay), ProbeRTTMS: millis(sc.RTT()), ClientTimeoutMS: millis(sc.ClientTimeout),
 		ProxyZones: sc.ProxyZones, CrossZoneMS: millis(sc.CrossZone), SubsetSize: sc.SubsetSize,
 	}
 	for _, st := range sc.Stages {

@@ -480,6 +480,18 @@ func TestRunAllocations(t *testing.T) {
 		t.Logf("%s: %v allocations", name, allocs)
 		assert.Less(t, allocs, 500.0, "%s: %v allocations for ~50k events", name, allocs)
 	}
+	// And with everything the slow scenarios add: a stall, timeouts, the
+	// users' give-ups, the budget and hedges.
+	stall := sim.SlowScenarios(nil)[0].Scale(0.5)
+	for _, name := range []string{"rr", "lrt"} {
+		allocs := testing.AllocsPerRun(1, func() {
+			r, err := sim.Simulate(stall, sim.Active|sim.Passive|sim.Retry|sim.Timeout|sim.Budget|sim.Hedge, algo(t, name), 1, 1)
+			require.NoError(t, err)
+			require.Positive(t, r.Retries)
+		})
+		t.Logf("stall, %s: %v allocations", name, allocs)
+		assert.Less(t, allocs, 500.0, "stall, %s: %v allocations", name, allocs)
+	}
 }
 
 // Run's workers end before it returns, and Progress counts every run.
@@ -662,7 +674,11 @@ func TestParseStages(t *testing.T) {
 }
 
 func TestVariant(t *testing.T) {
-	for _, v := range append(append(sim.FailureVariants(), sim.SlowVariants()...), sim.Retry, sim.Passive|sim.Retry, sim.Retry|sim.Hedge) {
+	vs := append(sim.FailureVariants(), sim.Retry, sim.Passive|sim.Retry, sim.Retry|sim.Hedge)
+	for _, sc := range sim.SlowScenarios(nil) {
+		vs = append(vs, sc.Variants...)
+	}
+	for _, v := range vs {
 		got, err := sim.ParseVariant(v.String())
 		require.NoError(t, err)
 		assert.Equal(t, v, got)

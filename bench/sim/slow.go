@@ -30,28 +30,22 @@ const (
 	TailFactor = 20
 )
 
-// SlowVariants are the failure handling the slow scenarios compare, from
-// the bare picker to lbhttp's defaults with hedging on: none, retries
-// (active+passive+retry, lbhttp before it had timeouts), plus timeouts,
-// plus the budget (lbhttp's defaults), plus hedging.
-func SlowVariants() []Variant {
-	ready := Active | Passive | Retry
-	return []Variant{ready, ready | Timeout, ready | Timeout | Budget, ready | Timeout | Budget | Hedge}
-}
-
 // SlowScenarios returns the scenarios of backends that fail slowly or
 // answer errors fast, over bs (nil: StudyBackends), each with its own copy
 // of the backends: 100 users for 3 minutes who think DefaultThink and give
 // up after DefaultClientTimeout, active checks every 5 s, and the
-// variants each is about.
+// variants each is about, from active+passive+retry (lbhttp before it had
+// timeouts) and active+passive+retry+timeout+budget (its defaults since).
 //
 //   - stall: the first backend accepts connections and never answers
-//     from 1 minute on (unless some backend of bs already stalls).
+//     from 1 minute on (unless some backend of bs already stalls); under
+//     those two, and with hedging without the budget and with it.
 //   - storm: every backend answers 503 in UnavailableTime from 1 minute
 //     for StormLength, then recovers (unless some backend of bs already
-//     answers 503 at some time).
+//     answers 503 at some time); under the bare picker and those two.
 //   - tail: each backend without a tail of its own takes TailFactor (20)
-//     times its service time for TailShare (1%) of its requests.
+//     times its service time for TailShare (1%) of its requests; under
+//     those two, and with hedging.
 //
 // Their tables add the attempts per user request (the load amplification;
 // during the outage too), the longest wait and the 99.9th percentile
@@ -85,7 +79,7 @@ func SlowScenarios(bs []Backend) []Scenario {
 		return false
 	}
 	return []Scenario{
-		mk("stall", SlowVariants(), defaults, ready, func(bs []Backend) {
+		mk("stall", []Variant{ready, defaults, ready | Timeout | Hedge, defaults | Hedge}, defaults, ready, func(bs []Backend) {
 			if !has(bs, func(b *Backend) bool { return len(b.Stalls) > 0 }) && len(bs) > 0 {
 				bs[0].Stalls = []Outage{{At: DefaultKillAt}}
 			}

@@ -63,7 +63,9 @@ const ready = sim.Active | sim.Passive | sim.Retry
 // of a live backend, and none fails: the attempt that timed out is sent
 // once more, elsewhere, and five timeouts eject the backend, so that it
 // holds each user at most about once. The budget changes nothing here:
-// retries are few.
+// retries are few. Hedges without the budget shorten the waits and fail
+// nothing either. (With the budget they may: see "Slow backends,
+// measured" in the package doc.)
 func TestStall(t *testing.T) {
 	sc := slow(t, "stall")
 	at := sc.Backends[0].Stalls[0].At
@@ -75,6 +77,8 @@ func TestStall(t *testing.T) {
 			timeout, err := sim.Simulate(sc, ready|sim.Timeout, a, 1, 1)
 			require.NoError(t, err)
 			budget, err := sim.Simulate(sc, ready|sim.Timeout|sim.Budget, a, 1, 1)
+			require.NoError(t, err)
+			hedged, err := sim.Simulate(sc, ready|sim.Timeout|sim.Hedge, a, 1, 1)
 			require.NoError(t, err)
 
 			assert.Equal(t, sim.DefaultClientTimeout.Seconds(), extra(t, hang, "max_wait_s"), "held until the user gave up")
@@ -98,6 +102,9 @@ func TestStall(t *testing.T) {
 
 			assert.Equal(t, timeout.Requests, budget.Requests, "the budget let every retry through")
 			assert.Equal(t, timeout.Retries, budget.Retries)
+
+			assert.Zero(t, hedged.Errors, "a hedge, or the retry after a timeout, reached a live backend")
+			assert.LessOrEqual(t, time.Duration(extra(t, hedged, "max_wait_s")*float64(time.Second)), lbhttp.DefaultAttemptTimeout+slowest+time.Millisecond)
 			t.Logf("no timeouts: %d errors, RPS during %.1f; timeouts: %d retries, %.0f attempts to the stalled backend (%.0f in flight at most before), longest wait %v, RPS during %.1f",
 				hang.Errors, hang.Failure.After, timeout.Retries, stalled, serving, wait, timeout.Failure.After)
 		})
@@ -107,10 +114,12 @@ func TestStall(t *testing.T) {
 // The storm scenario: every backend answers 503 in a millisecond for 30
 // s. Every request fails whatever the variant; what differs is the load.
 // The bare picker sends one attempt a request, retries send three (the
-// whole of MaxAttempts), and the budget bounds them as it promises: the
-// attempts are at most (1 + 20%) of the requests plus 10 a second over
-// the storm and the window before it. Once the backends recover, no
-// request fails.
+// whole of MaxAttempts), and the budget bounds them as it promises: in
+// any window (10 s) its retries are at most 20% of the requests that
+// started in it plus 10 a second, so that over the storm they are at
+// most 20% of its requests and of those of the window before it, plus 10
+// a second over both (stormBound). Once the backends recover, no request
+// fails.
 func TestStorm(t *testing.T) {
 	sc := slow(t, "storm")
 	storm := sc.Backends[0].Unavailable[0]
@@ -136,13 +145,22 @@ func TestStorm(t *testing.T) {
 			require.NoError(t, err)
 			length := (storm.Until - storm.At).Seconds()
 			ended := r.Failure.After*length + float64(r.Errors)
-			bound := (1+lbhttp.DefaultBudgetRatio)*ended + lbhttp.DefaultBudgetMinPerSecond*(length+lbhttp.DefaultBudgetWindow.Seconds())
+			bound := stormBound(ended, r.Failure.Before*min(lbhttp.DefaultBudgetWindow, storm.At).Seconds(), length)
 			assert.LessOrEqual(t, during[2]*ended, bound)
 			assert.Greater(t, during[2], 1+lbhttp.DefaultBudgetRatio, "the budget is spent")
 			t.Logf("attempts per request during the storm: none %.3f, retries %.3f, with the budget %.3f (bound %.3f)",
 				during[0], during[1], during[2], bound/ended)
 		})
 	}
+}
+
+// stormBound is the most attempts lbhttp's default budget lets through in
+// a storm of length seconds in which ended requests ended, each sent once
+// and retried while the budget allows: 20% of those and of the requests
+// before the storm in the window that reaches back before it, plus 10 a
+// second over the storm and that window.
+func stormBound(ended, before, length float64) float64 {
+	return ended + lbhttp.DefaultBudgetRatio*(ended+before) + lbhttp.DefaultBudgetMinPerSecond*(length+lbhttp.DefaultBudgetWindow.Seconds())
 }
 
 // The tail scenario: 1% of each backend's requests take 20 times as long.
