@@ -68,7 +68,15 @@
 //     that many at once and queues the rest first come, first served
 //     (goroutines waiting to send on a channel are served in order).
 //     GET /healthz answers at once, outside latency and capacity: the
-//     active checks' target.
+//     active checks' target. A tail (sim.Backend.TailShare) is drawn as
+//     the simulator draws it.
+//   - Stalls and 503s: during a stall (sim.Backend.Stalls) a backend
+//     serves as usual but holds every answer, the health check's
+//     included, until the stall ends or the connection closes (the proxy
+//     gave up on the attempt); while it answers 503
+//     (sim.Backend.Unavailable) it answers every request so after the
+//     scaled sim.UnavailableTime, without a capacity slot, and its health
+//     check with 503.
 //   - Outages: at the scaled time the backend's server is closed: its
 //     listener, so new connections are refused (ECONNREFUSED), and every
 //     connection, so the requests in service or queued fail. At the end
@@ -87,9 +95,14 @@
 //     /healthz every scaled check interval and passive ejection off;
 //     passive turns passive ejection on (ejection times scaled too);
 //     retry sets MaxAttempts to sim.MaxAttempts (3), so lbhttp retries a
-//     refused connection and a GET that failed in flight on another
-//     backend, as the simulator's Retry does. Health runs with Start, in
-//     real time.
+//     refused connection, a GET that failed in flight or timed out, and a
+//     503, on another backend, as the simulator's Retry does; timeout
+//     sets lbhttp's default timeouts, scaled (at 0.1, 500 ms per attempt,
+//     1.5 s per request), and without it they are off; budget gives each
+//     proxy an lbhttp.Budget of lbhttp's defaults with its window scaled
+//     and its minimum per second divided by the scale, and without it
+//     there is none (NoBudget); hedge sets HedgePercentile to
+//     sim.HedgePercentile (95). Health runs with Start, in real time.
 //   - The algorithms' time: a picker is built with Algorithm.Sim on a
 //     clock that runs 1/scale times as fast as real time, and the
 //     latencies it learns from Done are divided by the scale, so that it
@@ -110,7 +123,9 @@
 //     is the user's address, as lbhttp.ClientIP reads it behind a trusted
 //     proxy. A request is a success when a 200 arrives and its body is
 //     read to the end, an error otherwise (the proxy's 502 when every
-//     attempt failed).
+//     attempt failed, its 504 when one timed out, a 503 passed on). A user
+//     gives up on a request after the scaled sim.Scenario.ClientTimeout
+//     (http.Client's Timeout), which counts as an error.
 //
 // # The figures
 //
@@ -132,12 +147,21 @@
 //   - Per backend: share and sent count every attempt the proxies'
 //     pickers returned within the run (refused ones included); refused
 //     and reset count the attempts whose Done reported a refused
-//     connection or another failure within it; in flight is measured at the backend, from a request's
+//     connection or another failure within it, but for timeouts and 5xx
+//     answers, which the simulator does not count there either; in
+//     flight is measured at the backend, from a request's
 //     arrival (queueing included) to its answer. A request in flight when
 //     its backend dies mostly counts as refused, not reset: net/http's
 //     Transport resends a GET whose kept-alive connection broke before an
 //     answer, to the same backend, which then refuses it.
-//   - Retries are picks with Request.Attempt > 0.
+//   - Retries are picks with Request.Attempt > 0, hedges included.
+//   - The slow scenarios' figures (sim.SlowFigures): the longest wait of
+//     a request that ended within the run, the 99.9th percentile latency
+//     of the successful ones, and the attempts per request during the
+//     outage, attempts counted as the meter counts them: picks, which
+//     include a hedge lbhttp picked and did not send (the budget said
+//     no), so that this figure can read a little above the simulation's
+//     there.
 //   - late ms, proxy ms (RigMetrics, live tables only): what the rig
 //     itself added, in the scenario's time base: how late the backends'
 //     service-time timers fired on average, and how much longer the

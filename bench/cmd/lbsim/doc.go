@@ -18,6 +18,7 @@
 //	go run ./bench/cmd/lbsim -live -scenarios steady           # live, 18 s per algorithm
 //	go run ./bench/cmd/lbsim -live -scale 0.5 -algos rr,leastconn -duration 1m
 //	go run ./bench/cmd/lbsim -scenarios antagonist,hetero -proxies 1,10   # are load reports worth it?
+//	go run ./bench/cmd/lbsim -scenarios stall,storm,tail       # timeouts, the retry budget, hedging
 //
 // The load scenarios (antagonist-70, antagonist-95, hetero-70,
 // hetero-95; antagonist and hetero name both of theirs) run only when
@@ -37,8 +38,21 @@
 // fleet (subsets of 20 against all-to-all), run only when named: each
 // brings its own backends and proxies (10 and 100), which -backends and
 // -proxies do not change, and they take about ten times the default
-// run's time (package bench/sim, "Fleets"). -json and -csv are described
-// in package bench/sim ("Machine-readable output"). Memory stays bounded whatever the number of users; runs that
+// run's time (package bench/sim, "Fleets").
+//
+// The slow scenarios (stall, storm, tail: a backend that accepts and never
+// answers, a storm of 503s from every backend, a heavy tail on each) run
+// only when named too, over -backends when given, each under its own
+// variants: lbhttp before it had timeouts (active+passive+retry), its
+// defaults (+timeout+budget), and hedging; -variants takes timeout,
+// budget and hedge, the last two with retry. They are about what the
+// proxy does more than which algorithm, and their 100 runs would double
+// the default run's time (2.1 s of CPU against 0.9 s). Their tables add
+// the attempts per request, the longest wait and the 99.9th percentile;
+// package bench/sim ("Slow backends, measured") has the figures.
+//
+// -json and -csv are described in package bench/sim ("Machine-readable
+// output"). Memory stays bounded whatever the number of users; runs that
 // would simulate more than -max-requests requests (2 billion, minutes of
 // work) are refused before they start, with the estimate. -live measures
 // the rig's own overhead first, refuses a scale at which it is a large
