@@ -445,18 +445,13 @@ func playBoth(t *testing.T, sc sim.Scenario, a, b sim.Variant, algo bench.Algori
 	return rs[0], rs[1]
 }
 
-// figure returns r's figure named name, failing t without it.
+// figure returns r's figure named name (one of sim.SlowFigures), failing
+// t without it.
 func figure(t *testing.T, r sim.Result, name string) float64 {
 	t.Helper()
-	for _, m := range sim.SlowMetrics() {
-		if m.Name == name {
-			v, ok := m.Value(&r)
-			require.True(t, ok, "no %s in %v", name, r.Extra)
-			return v
-		}
-	}
-	require.FailNow(t, "no such metric", name)
-	return 0
+	i := slices.IndexFunc(r.Extra, func(f sim.Figure) bool { return f.Name == name })
+	require.GreaterOrEqual(t, i, 0, "no %s in %v", name, r.Extra)
+	return r.Extra[i].Value
 }
 
 // TestStall stalls a backend for real: it accepts connections, reads the
