@@ -289,7 +289,10 @@
 // 95th percentile, lose to their hedges, lrt never learns that those
 // backends are slow, and sends them more as its estimates decay: 17%
 // less throughput with hedging than without (live: 22% less). Package
-// bench/sim ("Slow backends, measured") has the tables.
+// bench/sim ("Slow backends, measured") has the tables. So when you hedge,
+// keep health's active checks on (a Probe, whose timeout fails a stalled
+// backend's checks): with hedging they, not passive ejection, take a
+// stalled backend out.
 //
 // # Backends from DNS
 //
