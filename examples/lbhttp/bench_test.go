@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"testing"
 
 	"github.com/lbkit/lbkit/balancer"
@@ -13,13 +14,27 @@ import (
 	"github.com/lbkit/lbkit/leastconn"
 )
 
-// BenchmarkProxy compares a request through a plain ReverseProxy (Rewrite
-// with SetURL to one backend, the same base transport) with one through
-// NewProxy (leastconn over two backends, the key in the context, Done
-// when the body ends), client, proxy and backends all on loopback in this
-// process, with lbhttp's timeouts and budget off, on (the default), and
-// with hedging at the 95th percentile on top. The difference in allocs/op
-// is what lbhttp adds per request.
+// BenchmarkProxy is the cost of one request through the proxy path, client,
+// proxy and backends all on loopback in this process, one request at a
+// time over a keep-alive connection:
+//
+//   - proxy=plain: a bare httputil.ReverseProxy with Go's defaults (Rewrite
+//     with SetURL to one backend and SetXForwarded; a clone of
+//     http.DefaultTransport; no BufferPool, so a 32 KB copy buffer per
+//     request);
+//   - proxy=plain-tuned: the same, tuned as a careful user would: a
+//     BufferPool, and 256 idle connections per host;
+//   - proxy=lbhttp/...: NewProxy (leastconn over two backends, the key in
+//     the context, Done when the body ends), with lbhttp's timeouts and
+//     budget off, on (the default), and with hedging at the 95th
+//     percentile on top;
+//   - client=plain and client=lbhttp: no proxy, an http.Client sending to
+//     a backend through a clone of http.DefaultTransport, and through a
+//     Transport with its defaults over the same two backends.
+//
+// The difference between a proxy=lbhttp row and proxy=plain-tuned is what
+// lbhttp adds to a tuned proxy; client=lbhttp against client=plain, what
+// the Transport adds to a client.
 func BenchmarkProxy(b *testing.B) {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
@@ -29,52 +44,74 @@ func BenchmarkProxy(b *testing.B) {
 	defer other.Close()
 	target, _ := url.Parse(backend.URL)
 	second, _ := url.Parse(other.URL)
-
-	plainBase := lbhttp.NewBase()
-	defer plainBase.CloseIdleConnections()
-	plain := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			pr.SetXForwarded()
-		},
-		Transport: plainBase,
+	rewrite := func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		pr.SetXForwarded()
 	}
-	rows := []struct {
+
+	type row struct {
 		name  string
-		proxy http.Handler
-	}{{"proxy=plain", plain}}
-	for _, row := range []struct {
-		name string
-		cfg  lbhttp.Config
-	}{
-		{"proxy=lbhttp/timeouts=off/budget=off", lbhttp.Config{AttemptTimeout: -1, RequestTimeout: -1, IdleTimeout: -1, NoBudget: true}},
-		{"proxy=lbhttp/timeouts=on/budget=on", lbhttp.Config{}},
-		{"proxy=lbhttp/timeouts=on/budget=on/hedge=p95", lbhttp.Config{HedgePercentile: 95}},
-	} {
+		proxy http.Handler      // nil: no proxy, client sends to url
+		rt    http.RoundTripper // the client's transport, nil: its own default
+		url   string
+	}
+	defaultBase := http.DefaultTransport.(*http.Transport).Clone()
+	defer defaultBase.CloseIdleConnections()
+	tunedBase := http.DefaultTransport.(*http.Transport).Clone()
+	tunedBase.MaxIdleConnsPerHost = 256
+	defer tunedBase.CloseIdleConnections()
+	rows := []row{
+		{name: "proxy=plain", proxy: &httputil.ReverseProxy{Rewrite: rewrite, Transport: defaultBase}},
+		{name: "proxy=plain-tuned", proxy: &httputil.ReverseProxy{Rewrite: rewrite, Transport: tunedBase, BufferPool: &bufferPool{}}},
+	}
+	newPicker := func() balancer.Picker {
 		p := leastconn.New()
 		if err := p.Update(balancer.Endpoints(target.Host, second.Host)); err != nil {
 			b.Fatal(err)
 		}
-		lb, err := lbhttp.NewProxy(p, row.cfg)
+		return p
+	}
+	for _, r := range []struct {
+		name string
+		cfg  lbhttp.Config
+	}{
+		{"proxy=lbhttp/timeouts=off/budget=off", off},
+		{"proxy=lbhttp/timeouts=on/budget=on", lbhttp.Config{}},
+		{"proxy=lbhttp/timeouts=on/budget=on/hedge=p95", lbhttp.Config{HedgePercentile: 95}},
+	} {
+		lb, err := lbhttp.NewProxy(newPicker(), r.cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer lb.Transport.(*lbhttp.Transport).CloseIdleConnections()
-		rows = append(rows, struct {
-			name  string
-			proxy http.Handler
-		}{row.name, lb})
+		rows = append(rows, row{name: r.name, proxy: lb})
 	}
+	clientBase := http.DefaultTransport.(*http.Transport).Clone()
+	defer clientBase.CloseIdleConnections()
+	tr, err := lbhttp.NewTransport(newPicker(), lbhttp.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.CloseIdleConnections()
+	rows = append(rows,
+		row{name: "client=plain", rt: clientBase, url: backend.URL},
+		row{name: "client=lbhttp", rt: tr, url: "http://svc/"},
+	)
 
 	for _, bc := range rows {
 		b.Run(bc.name, func(b *testing.B) {
-			front := httptest.NewServer(bc.proxy)
-			defer front.Close()
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+			client := &http.Client{Transport: bc.rt}
+			u := bc.url
+			if bc.proxy != nil {
+				front := httptest.NewServer(bc.proxy)
+				defer front.Close()
+				client.Transport = &http.Transport{MaxIdleConnsPerHost: 8}
+				u = front.URL
+			}
 			defer client.CloseIdleConnections()
 			b.ReportAllocs()
 			for b.Loop() {
-				resp, err := client.Get(front.URL)
+				resp, err := client.Get(u)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -82,5 +119,23 @@ func BenchmarkProxy(b *testing.B) {
 				_ = resp.Body.Close()
 			}
 		})
+	}
+}
+
+// bufferPool is the httputil.BufferPool a careful user gives a bare
+// ReverseProxy: 32 KB buffers, ReverseProxy's own size, in a sync.Pool
+// that holds them by pointer so that Put does not allocate.
+type bufferPool struct{ p sync.Pool }
+
+func (bp *bufferPool) Get() []byte {
+	if b, ok := bp.p.Get().(*[32 << 10]byte); ok {
+		return b[:]
+	}
+	return make([]byte, 32<<10)
+}
+
+func (bp *bufferPool) Put(b []byte) {
+	if len(b) == 32<<10 {
+		bp.p.Put((*[32 << 10]byte)(b))
 	}
 }
