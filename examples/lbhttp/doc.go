@@ -99,7 +99,8 @@
 // began if that is sooner; while the body streams, it ends it when a Read
 // has waited IdleTimeout for the backend (time the reader spends between
 // reads, a proxy writing to a slow client, does not count). The request's
-// own cancellation and deadline still apply.
+// own cancellation and deadline still apply (behind NewProxy, the
+// cancellation once the attempt has run 100 ms; see "Cost").
 //
 // An attempt the timer ends is a failure of its backend, a gateway
 // timeout: Result{Latency: the time waited, Err: ErrAttemptTimeout,
@@ -332,12 +333,15 @@
 // The Transport allocates once per attempt: one block holding the copy of
 // the request sent to the backend, its URL, its context and the response
 // body wrapper (TestAllocs; BenchmarkRoundTrip: 1 alloc, 704 B). The
-// guard that bounds an attempt in time (a context, a timer) is reused
-// from a pool; a request whose context can be cancelled (a proxied one)
-// adds two allocations, the context.AfterFunc that passes its
-// cancellation to the guard. A guard whose timer fired or whose attempt
-// was cancelled is not reused, so a timeout or an abandoned request costs
-// a new one; so does a hedge. A response that carries a load report adds
+// guard that bounds an attempt in time (a context, timers) is reused
+// from a pool. A request whose context can be cancelled adds two
+// allocations, the context.AfterFunc that passes its cancellation to the
+// guard; behind NewProxy, whose requests' contexts end only when their
+// clients have gone, only an attempt that runs longer than 100 ms does
+// (an attempt whose client leaves sooner runs on until then:
+// TestProxyClientGone). A guard whose timer fired or whose attempt was
+// cancelled is not reused, so a timeout or an abandoned request costs a
+// new one; so does a hedge. A response that carries a load report adds
 // one allocation of 80 B to hold it until the body ends; parsing a TEXT
 // or JSON report allocates nothing unless it has named metrics
 // (TestParseLoadAllocs). NewProxy's Rewrite

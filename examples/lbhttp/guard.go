@@ -71,14 +71,27 @@ func causeOf(why int32) error {
 // register with the request's context, on every attempt), and a timer:
 // armed for the attempt timeout (or what is left of the request timeout)
 // until the response headers arrive, then for the idle timeout while the
-// body streams. The request's cancellation reaches the guard's context
-// through context.AfterFunc.
+// body streams.
+//
+// The request's cancellation reaches the guard's context through
+// context.AfterFunc, which costs two allocations and a registration with
+// the request's context (on a context nothing has derived from yet, also
+// the map that holds it). A Transport registers when the attempt starts,
+// so that a caller's cancel ends the attempt at once. Behind NewProxy,
+// where the request's context ends when the client has gone and nobody
+// waits for RoundTrip to return, a second timer, the linker, registers
+// only once the attempt has run proxyLinkAfter (or at the request's
+// deadline if that is sooner): the attempts that end sooner, nearly all
+// of them, do without. An attempt whose client leaves in that time runs
+// on until then, or until its own end.
 //
 // A guard whose attempt ended without anything firing (the timer, the
 // request's cancellation, a lost race) goes back to its Transport's pool
 // and serves another attempt: its context was never cancelled, and its
-// timer is reset rather than made anew. A guard that fired is dropped, so
-// that a callback still running can never touch the next attempt.
+// timers are reset rather than made anew. A guard that fired is dropped, so
+// that a callback still running can never touch the next attempt. The
+// linker is the exception: its function only ever acts on the link state
+// below, so a guard whose linker fired is reused once the link is undone.
 //
 // Fields are set before the attempt starts and read-only while it runs,
 // except those marked atomic. A guard must not be copied.
@@ -88,17 +101,22 @@ type guard struct {
 	own    context.Context // a cancelCtx of context.Background()
 	cancel context.CancelCauseFunc
 	timer  *time.Timer // time.AfterFunc(expire); stopped while pooled
+	linker *time.Timer // time.AfterFunc(linkCaller); stopped while pooled
 	goneFn func()      // gone, bound once: a method value allocates
 
 	// Set by start, for one attempt.
 	caller context.Context
-	unlink func() bool // stops the AfterFunc watching caller; nil if none
-	armed  bool        // the timer was reset and not seen stopped
+	armed  bool // the timer was reset and not seen stopped
 
 	// Atomic.
 	first atomic.Int32             // what the timer means before the headers: endAttempt or endRequest
 	body  atomic.Pointer[respBody] // the body streaming, while the idle timeout watches it
 	ended atomic.Int32             // why the guard ended the attempt; 0 if it has not
+	link  atomic.Int32             // whether the request's cancellation reaches the guard: linkOff, linkWait, linkBusy, linkOn
+
+	// unlink stops the AfterFunc watching caller. linkCaller writes it
+	// before it sets linkOn; release reads it once it has seen linkOn.
+	unlink func() bool
 
 	// For a first attempt that may be hedged: the race, and the timer
 	// that starts the hedge (both made at the guard's first race). raced
@@ -118,17 +136,51 @@ func (t *Transport) newGuard() *guard {
 	g.goneFn = g.gone
 	g.timer = time.AfterFunc(time.Hour, g.expire)
 	g.timer.Stop()
+	g.linker = time.AfterFunc(time.Hour, g.linkCaller)
+	g.linker.Stop()
 	return g
 }
 
-// start prepares g for an attempt on behalf of caller: the request's
-// cancellation will end it, and, if d is positive, the timer will end it
-// with why (endAttempt or endRequest) after d unless the headers come
-// first.
-func (g *guard) start(caller context.Context, d time.Duration, why int32) {
+// proxyLinkAfter is how long a proxied attempt runs before the request's
+// cancellation is registered with its guard: ten times the 99th
+// percentile of a saturated proxy's latency (50 ms through the ready
+// proxy on one core, 64 connections, bench/sidebyside), so that even a
+// busy proxy's attempts nearly all end sooner and skip the
+// registration's allocations; and short beside what a departed client's
+// attempt costs its backend (the timeouts, seconds). The rest pay a
+// timer firing (a goroutine) on top of the registration.
+const proxyLinkAfter = 100 * time.Millisecond
+
+// The states of guard.link.
+const (
+	linkOff  = iota // nothing to pass on (a context that cannot be cancelled), or released
+	linkWait        // the linker is armed
+	linkBusy        // linkCaller is registering
+	linkOn          // registered: unlink undoes it
+)
+
+// start prepares g for an attempt on behalf of caller, sent at now: the
+// request's cancellation will end it, and, if d is positive, the timer
+// will end it with why (endAttempt or endRequest) after d unless the
+// headers come first.
+func (g *guard) start(caller context.Context, now time.Time, d time.Duration, why int32) {
 	g.caller = caller
-	if caller.Done() != nil {
-		g.unlink = context.AfterFunc(caller, g.goneFn)
+	if done := caller.Done(); done != nil {
+		select {
+		case <-done:
+			g.end(endCaller) // gave up already: nothing to wait for
+		default:
+			wait := g.t.linkAfter
+			if dl, ok := caller.Deadline(); ok && wait > 0 {
+				wait = min(wait, dl.Sub(now))
+			}
+			g.link.Store(linkWait) // publishes caller to linkCaller
+			if wait > 0 {
+				g.linker.Reset(wait)
+			} else {
+				g.linkCaller()
+			}
+		}
 	}
 	if d > 0 {
 		g.first.Store(why)
@@ -180,6 +232,47 @@ func (g *guard) cause() error {
 // gone is the AfterFunc of the request's context.
 func (g *guard) gone() { g.end(endCaller) }
 
+// linkCaller is the linker's function: it registers gone with the
+// request's context, unless the attempt was released first. If release
+// comes while it registers, it undoes the registration itself, and the
+// guard is not reused. It may run late, for an attempt released since
+// (Stop came too late to stop it): it then finds the link off, or links
+// the guard's next attempt early, which that attempt's release undoes.
+func (g *guard) linkCaller() {
+	if !g.link.CompareAndSwap(linkWait, linkBusy) {
+		return
+	}
+	stop := context.AfterFunc(g.caller, g.goneFn)
+	g.unlink = stop
+	if !g.link.CompareAndSwap(linkBusy, linkOn) {
+		stop() // released meanwhile
+	}
+}
+
+// unlinkCaller stops the request's cancellation from reaching g, and
+// reports whether g may serve another attempt: false if the cancellation
+// came (gone ran, or is running) or linkCaller is registering now.
+func (g *guard) unlinkCaller() bool {
+	switch g.link.Load() {
+	case linkOff:
+		return true
+	case linkWait:
+		// If Stop is too late, linkCaller has started: it finds the link
+		// off, or busy and then on, which the cases below handle.
+		g.linker.Stop()
+		if g.link.CompareAndSwap(linkWait, linkOff) {
+			return true
+		}
+	}
+	if g.link.CompareAndSwap(linkBusy, linkOff) {
+		return false // linkCaller undoes its registration; g is dropped
+	}
+	g.link.Store(linkOff) // linkOn: linkCaller is done with g
+	stop := g.unlink
+	g.unlink = nil
+	return stop()
+}
+
 // expire is the timer's function. Before the headers, it ends the
 // attempt. While a body streams it ends it only if a read has been
 // waiting for the idle timeout; a reader that is simply slow to read
@@ -215,10 +308,7 @@ func (g *guard) release() {
 		g.armed = false
 		clean = g.timer.Stop() && clean
 	}
-	if g.unlink != nil {
-		clean = g.unlink() && clean
-		g.unlink = nil
-	}
+	clean = g.unlinkCaller() && clean
 	if clean && g.ended.Load() == 0 && g.own.Err() == nil {
 		g.caller = nil // not read again: the AfterFunc was stopped before it ran
 		g.t.guards.Put(g)

@@ -23,12 +23,16 @@ import (
 //     ProxyRequest.SetURL does.
 //   - Transport is NewTransport(p, cfg): picks, timeouts, retries within
 //     the budget, hedges if asked, and Done when the body has been copied
-//     to the client. One difference: the body of a
+//     to the client. Two differences. The body of a
 //     101 Switching Protocols response is also closed when the incoming
 //     request's context ends, as ReverseProxy itself does once it has
 //     hijacked the client's connection, so that a session it cannot
 //     hijack (it answers 502) still closes the backend's connection and
-//     gets its Done.
+//     gets its Done. And the end of the incoming request's context (its
+//     client has gone) ends an attempt only once the attempt has run
+//     100 ms, which spares the attempts that end sooner the two
+//     allocations of watching it (see "Cost" in the package
+//     documentation).
 //   - ErrorHandler is ErrorHandler(cfg.ErrorLog): 503 when there is no
 //     backend, 504 on a timeout, 502 otherwise.
 //
@@ -59,6 +63,7 @@ func NewProxy(p balancer.Picker, cfg Config) (*httputil.ReverseProxy, error) {
 		return nil, err
 	}
 	t.proxied = true
+	t.linkAfter = proxyLinkAfter
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = scheme

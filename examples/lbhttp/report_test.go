@@ -286,7 +286,7 @@ func TestTransportPassesLoad(t *testing.T) {
 // A response without a report costs the attempt nothing more: the
 // Transport's one allocation per attempt stays one.
 func TestTransportLoadAllocs(t *testing.T) {
-	got := testing.AllocsPerRun(200, cannedRequest(t, lbhttp.Config{}, false))
+	got := testing.AllocsPerRun(200, cannedRequest(t, canned{cfg: lbhttp.Config{}}))
 	if raceEnabled {
 		assert.LessOrEqual(t, got, 1.0+3, "under -race, with sync.Pool dropping guards now and then")
 		return

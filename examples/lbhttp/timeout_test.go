@@ -3,10 +3,12 @@ package lbhttp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -206,23 +208,31 @@ func TestIdleTimeout(t *testing.T) {
 }
 
 // TestTimeoutCallerGivesUp checks that a caller who gives up before the
-// attempt timeout still stops the attempt at once, and that the attempt
-// is abandoned, not a failure.
+// attempt timeout, on the way or before RoundTrip, still stops the
+// attempt at once, and that the attempt is abandoned, not a failure.
 func TestTimeoutCallerGivesUp(t *testing.T) {
 	s := stallServer(t, nil)
-	rec := newRecorder(&scripted{})
-	require.NoError(t, rec.Update(balancer.Endpoints(hostOf(s))))
-	tr := newTestTransport(t, rec, lbhttp.Config{Base: newBase(t), AttemptTimeout: time.Minute})
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	start := time.Now()
-	_, err := tr.RoundTrip(get(t, "http://svc/").WithContext(ctx))
-	require.ErrorIs(t, err, context.Canceled)
-	assert.Less(t, time.Since(start), margin)
-	rec.waitDone(t)
-	picks, _ := rec.snapshot()
-	require.Len(t, picks, 1)
-	assert.True(t, picks[0].result().Abandoned())
+	for _, after := range []time.Duration{50 * time.Millisecond, 0} {
+		t.Run(fmt.Sprintf("after=%v", after), func(t *testing.T) {
+			rec := newRecorder(&scripted{})
+			require.NoError(t, rec.Update(balancer.Endpoints(hostOf(s))))
+			tr := newTestTransport(t, rec, lbhttp.Config{Base: newBase(t), AttemptTimeout: time.Minute})
+			ctx, cancel := context.WithCancel(context.Background())
+			if after > 0 {
+				time.AfterFunc(after, cancel)
+			} else {
+				cancel()
+			}
+			start := time.Now()
+			_, err := tr.RoundTrip(get(t, "http://svc/").WithContext(ctx))
+			require.ErrorIs(t, err, context.Canceled)
+			assert.Less(t, time.Since(start), margin)
+			rec.waitDone(t)
+			picks, _ := rec.snapshot()
+			require.Len(t, picks, 1)
+			assert.True(t, picks[0].result().Abandoned())
+		})
+	}
 }
 
 // TestTimeoutBaseIgnoresCancel checks a base transport that does not heed
@@ -285,4 +295,109 @@ func TestProxyTimeout(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*100*time.Millisecond+margin)
 	rec.waitDone(t)
 	assert.EqualValues(t, 2, hits.Load())
+}
+
+// TestTimeoutCallerCancelRace sends requests from 8 clients to a backend
+// answering in 0 to 2 ms, cancelling half of them at 0 to 3 ms, through a
+// Transport (whose guards register with the request's context at once)
+// and through NewProxy's (whose guards register once an attempt has run
+// a while: here 1 ms, around the backend's answers). The guards' reuse
+// after their linker fired, or raced with a release, must never end
+// another request: every request not cancelled succeeds, every cancelled
+// one ends within the margin, and each pick gets one Done. Run it under
+// -race.
+func TestTimeoutCallerCancelRace(t *testing.T) {
+	var n atomic.Int64
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := time.Duration(n.Add(1)%9) * 250 * time.Microsecond
+		select {
+		case <-time.After(d):
+			_, _ = io.WriteString(w, "ok")
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(s.Close)
+	for _, proxied := range []bool{false, true} {
+		t.Run(fmt.Sprintf("proxied=%v", proxied), func(t *testing.T) {
+			rec := newRecorder(&scripted{})
+			require.NoError(t, rec.Update(balancer.Endpoints(hostOf(s))))
+			cfg := lbhttp.Config{Base: newBase(t), MaxAttempts: 1}
+			tr := newTestTransport(t, rec, cfg)
+			if proxied {
+				proxy, err := lbhttp.NewProxy(rec, cfg)
+				require.NoError(t, err)
+				tr = proxy.Transport.(*lbhttp.Transport)
+				lbhttp.SetLinkAfter(tr, time.Millisecond)
+			}
+			const clients, each = 8, 40
+			var failed, slow atomic.Int64
+			var wg sync.WaitGroup
+			for c := range clients {
+				wg.Go(func() {
+					for i := range each {
+						ctx, cancel := context.WithCancel(context.Background())
+						cancelled := (c+i)%2 == 0
+						if cancelled {
+							time.AfterFunc(time.Duration((c*each+i)%13)*250*time.Microsecond, cancel)
+						}
+						start := time.Now()
+						resp, err := tr.RoundTrip(get(t, "http://svc/").WithContext(ctx))
+						if err == nil {
+							_, err = io.ReadAll(resp.Body)
+							_ = resp.Body.Close()
+						}
+						if time.Since(start) > margin {
+							slow.Add(1)
+						}
+						if err != nil && !cancelled {
+							failed.Add(1)
+						}
+						cancel()
+					}
+				})
+			}
+			wg.Wait()
+			assert.Zero(t, failed.Load(), "requests never cancelled that failed")
+			assert.Zero(t, slow.Load(), "requests that took longer than the margin")
+			rec.waitDone(t)
+			picks, _ := rec.snapshot()
+			assert.Len(t, picks, clients*each)
+		})
+	}
+}
+
+// TestProxyClientGone checks what becomes of a proxied attempt whose
+// client leaves while the backend has not answered: it is cancelled, and
+// reported abandoned, once it has run 100 ms (the wait before a proxied
+// attempt registers with the request's context), not at the attempt
+// timeout.
+func TestProxyClientGone(t *testing.T) {
+	got, ended := make(chan time.Time, 1), make(chan time.Time, 1)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- time.Now()
+		<-r.Context().Done()
+		ended <- time.Now()
+	}))
+	t.Cleanup(s.Close)
+	rec := newRecorder(&scripted{})
+	require.NoError(t, rec.Update(balancer.Endpoints(hostOf(s))))
+	proxy := startProxy(t, rec, lbhttp.Config{AttemptTimeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", proxy.URL, nil)
+	require.NoError(t, err)
+	_, err = http.DefaultClient.Do(req)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	start := <-got
+	select {
+	case end := <-ended:
+		assert.GreaterOrEqual(t, end.Sub(start), 90*time.Millisecond, "a proxied attempt registers after 100 ms")
+		assert.Less(t, end.Sub(start), 100*time.Millisecond+margin)
+	case <-time.After(100*time.Millisecond + margin):
+		t.Fatal("the backend's request was not cancelled")
+	}
+	rec.waitDone(t)
+	picks, _ := rec.snapshot()
+	require.Len(t, picks, 1)
+	assert.True(t, picks[0].result().Abandoned())
 }

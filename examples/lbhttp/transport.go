@@ -219,6 +219,11 @@ type Transport struct {
 	attempts int
 	proxied  bool // made by NewProxy: an upgraded body closes when the request's context ends
 
+	// linkAfter is how long an attempt runs before its guard registers
+	// with the request's context (see guard): 0, at once, for a
+	// Transport; proxyLinkAfter behind NewProxy.
+	linkAfter time.Duration
+
 	attemptTimeout time.Duration // 0: none (a negative Config value)
 	requestTimeout time.Duration
 	idleTimeout    time.Duration
@@ -508,7 +513,7 @@ func (t *Transport) launch(ctx context.Context, b balancer.Backend, a *attempt, 
 				d, why = max(left, 1), endRequest
 			}
 		}
-		g.start(ctx, d, why)
+		g.start(ctx, start, d, why)
 		a.ctx = attemptCtx{own: g.own, caller: ctx} // a.req's context since attempt made it
 		if d > 0 {
 			a.ctx.deadline = start.Add(d)
