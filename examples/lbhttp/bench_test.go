@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"sync"
 	"testing"
 
 	"github.com/lbkit/lbkit/balancer"
@@ -23,7 +22,8 @@ import (
 //     http.DefaultTransport; no BufferPool, so a 32 KB copy buffer per
 //     request);
 //   - proxy=plain-tuned: the same, tuned as a careful user would: a
-//     BufferPool, and 256 idle connections per host;
+//     BufferPool (lbhttp's, a sync.Pool of 32 KB buffers), and 256 idle
+//     connections per host;
 //   - proxy=lbhttp/...: NewProxy (leastconn over two backends, the key in
 //     the context, Done when the body ends), with lbhttp's timeouts and
 //     budget off, on (the default), and with hedging at the 95th
@@ -62,7 +62,7 @@ func BenchmarkProxy(b *testing.B) {
 	defer tunedBase.CloseIdleConnections()
 	rows := []row{
 		{name: "proxy=plain", proxy: &httputil.ReverseProxy{Rewrite: rewrite, Transport: defaultBase}},
-		{name: "proxy=plain-tuned", proxy: &httputil.ReverseProxy{Rewrite: rewrite, Transport: tunedBase, BufferPool: &bufferPool{}}},
+		{name: "proxy=plain-tuned", proxy: &httputil.ReverseProxy{Rewrite: rewrite, Transport: tunedBase, BufferPool: new(lbhttp.BufferPool)}},
 	}
 	newPicker := func() balancer.Picker {
 		p := leastconn.New()
@@ -119,23 +119,5 @@ func BenchmarkProxy(b *testing.B) {
 				_ = resp.Body.Close()
 			}
 		})
-	}
-}
-
-// bufferPool is the httputil.BufferPool a careful user gives a bare
-// ReverseProxy: 32 KB buffers, ReverseProxy's own size, in a sync.Pool
-// that holds them by pointer so that Put does not allocate.
-type bufferPool struct{ p sync.Pool }
-
-func (bp *bufferPool) Get() []byte {
-	if b, ok := bp.p.Get().(*[32 << 10]byte); ok {
-		return b[:]
-	}
-	return make([]byte, 32<<10)
-}
-
-func (bp *bufferPool) Put(b []byte) {
-	if len(b) == 32<<10 {
-		bp.p.Put((*[32 << 10]byte)(b))
 	}
 }

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
@@ -234,4 +236,30 @@ func ExampleConfig_hedging() {
 	// Output:
 	// <nil>
 	// lbhttp: HedgePercentile 100 is not between 0 and 100
+}
+
+// A ReverseProxy of your own reuses its copy buffers with a BufferPool, as
+// NewProxy's does.
+func ExampleBufferPool() {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "hello")
+	}))
+	defer backend.Close()
+	target, err := url.Parse(backend.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.BufferPool = new(lbhttp.BufferPool)
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+
+	resp, err := http.Get(front.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(string(body))
+	// Output: hello
 }

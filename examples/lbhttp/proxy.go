@@ -35,6 +35,9 @@ import (
 //     documentation).
 //   - ErrorHandler is ErrorHandler(cfg.ErrorLog): 503 when there is no
 //     backend, 504 on a timeout, 502 otherwise.
+//   - BufferPool is a BufferPool of its own: the buffers that copy
+//     response bodies to the clients are reused, not allocated per
+//     request.
 //
 // Change the returned proxy's fields as you would any ReverseProxy's. To do
 // more in Rewrite, wrap it:
@@ -77,10 +80,12 @@ func NewProxy(p balancer.Picker, cfg Config) (*httputil.ReverseProxy, error) {
 				}
 			}
 			pr.SetXForwarded()
-			pr.Out = pr.Out.WithContext(WithKey(pr.Out.Context(), key(pr.In)))
+			// In place: WithContext's copy stays on the stack.
+			*pr.Out = *pr.Out.WithContext(WithKey(pr.Out.Context(), key(pr.In)))
 		},
 		Transport:    t,
 		ErrorHandler: ErrorHandler(cfg.ErrorLog),
+		BufferPool:   new(BufferPool),
 	}, nil
 }
 
