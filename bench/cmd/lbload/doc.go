@@ -7,7 +7,16 @@
 // can be compared by it.
 //
 //	lbload backends -listen 127.0.0.1:9101,127.0.0.1:9102    # HTTP backends that answer "ok" at once
+//	lbload proxy -listen 127.0.0.1:9202 -backends 127.0.0.1:9101,127.0.0.1:9102 -tuned
 //	lbload run -url http://127.0.0.1:8080/ -n 200000 -c 64 -pid proxy=12345
+//
+// The backends speak HTTP/1.1, and HTTP/2 without TLS (h2c) to a client
+// that starts with it. proxy is a bare httputil.ReverseProxy sending to
+// the backends in turn, the Go floor a proxy built on lbkit is set
+// beside: with Go's defaults (no BufferPool, so a 32 KB copy buffer per
+// request; http.DefaultTransport's two idle connections per host), or
+// with -tuned as a careful user sets it (a BufferPool, 256 idle
+// connections per backend).
 //
 // run warms up first (-warmup requests, not counted), then sends -n
 // requests from -c workers, each worker on its own keep-alive connection

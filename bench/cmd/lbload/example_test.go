@@ -26,6 +26,7 @@ func Example_badFlag() {
 	// lbload: run: -n 100000 and -c 0 must be positive, -warmup 5000 not negative
 	// usage:
 	//   lbload backends -listen host:port,...      serve HTTP backends that answer "ok"
+	//   lbload proxy -listen host:port -backends host:port,... [-tuned]   a bare ReverseProxy, in turn
 	//   lbload run -url URL [-n N] [-c C] [-warmup W] [-pid name=PID ...] [-label L] [-tsv FILE]
 	//   lbload report FILE                         the lines -tsv appended, as a table of ratios
 	// exit status 2

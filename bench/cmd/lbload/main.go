@@ -30,6 +30,7 @@ func main() {
 
 const usage = `usage:
   lbload backends -listen host:port,...      serve HTTP backends that answer "ok"
+  lbload proxy -listen host:port -backends host:port,... [-tuned]   a bare ReverseProxy, in turn
   lbload run -url URL [-n N] [-c C] [-warmup W] [-pid name=PID ...] [-label L] [-tsv FILE]
   lbload report FILE                         the lines -tsv appended, as a table of ratios`
 
@@ -44,6 +45,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "backends":
 		err = serveBackends(ctx, args[1:], stderr)
+	case "proxy":
+		err = serveProxy(ctx, args[1:], stderr)
 	case "run":
 		err = runLoad(ctx, args[1:], stdout, stderr)
 	case "report":
@@ -104,6 +107,11 @@ func serveBackends(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		// HTTP/1, and HTTP/2 without TLS for a client that starts with
+		// it (prior knowledge): for a proxy sending h2c.
+		s.Protocols = new(http.Protocols)
+		s.Protocols.SetHTTP1(true)
+		s.Protocols.SetUnencryptedHTTP2(true)
 		servers = append(servers, s)
 		go func() { errc <- s.Serve(ln) }()
 		fmt.Fprintf(stderr, "lbload: backend on %s\n", ln.Addr())

@@ -138,3 +138,39 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 }
+
+// The bare proxy sends requests to its backends in turn, Go's defaults or
+// tuned, and a bad backend is a usage error.
+func TestBareProxy(t *testing.T) {
+	var hits [2]atomic.Int64
+	var hosts []string
+	for i := range hits {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits[i].Add(1)
+			_, _ = io.WriteString(w, "ok")
+		}))
+		t.Cleanup(s.Close)
+		hosts = append(hosts, strings.TrimPrefix(s.URL, "http://"))
+	}
+	for _, tuned := range []bool{false, true} {
+		rp, base, err := bareProxy(strings.Join(hosts, ","), tuned, io.Discard)
+		require.NoError(t, err)
+		t.Cleanup(base.CloseIdleConnections)
+		assert.Equal(t, tuned, rp.BufferPool != nil)
+		front := httptest.NewServer(rp)
+		t.Cleanup(front.Close)
+		for range 4 {
+			resp, err := http.Get(front.URL)
+			require.NoError(t, err)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, "ok", string(body))
+		}
+	}
+	assert.EqualValues(t, 4, hits[0].Load())
+	assert.EqualValues(t, 4, hits[1].Load())
+
+	_, _, err := bareProxy("127.0.0.1:1,nonsense", false, io.Discard)
+	var ue usageError
+	assert.ErrorAs(t, err, &ue)
+}
