@@ -143,6 +143,17 @@ type Config struct {
 	// uses "http" when it has none.
 	Scheme string
 
+	// H2C sends to the backends over HTTP/2 rather than HTTP/1.1: without
+	// TLS for the http scheme (h2c with prior knowledge, RFC 9113 section
+	// 3.3), and over TLS only for https. Every backend must speak it; each
+	// then gets one connection, or a few, carrying many requests at once
+	// instead of one connection per request in flight. It sets the
+	// Protocols of the default base (UnencryptedHTTP2 and HTTP2, not
+	// HTTP1), and cannot be combined with Base: set your own base's
+	// Protocols instead. False: HTTP/1.1 for http; https negotiates
+	// HTTP/2 when the backend offers it.
+	H2C bool
+
 	// ErrorLog is where NewProxy's ErrorHandler logs failed requests. Nil:
 	// slog.Default().
 	ErrorLog *slog.Logger
@@ -242,8 +253,8 @@ var _ http.RoundTripper = (*Transport)(nil)
 // NewTransport returns a Transport picking backends from p. The backends'
 // IDs are their host:port addresses, as with balancer.Endpoint. It returns
 // an error for a nil picker, a negative MaxAttempts or HedgeAfter, a
-// HedgePercentile outside [0, 100), or a Scheme other than "", "http" and
-// "https".
+// HedgePercentile outside [0, 100), a Scheme other than "", "http" and
+// "https", or H2C with a Base.
 func NewTransport(p balancer.Picker, cfg Config) (*Transport, error) {
 	if p == nil {
 		return nil, errors.New("lbhttp: nil picker")
@@ -256,6 +267,9 @@ func NewTransport(p balancer.Picker, cfg Config) (*Transport, error) {
 	}
 	if cfg.HedgeAfter < 0 {
 		return nil, fmt.Errorf("lbhttp: HedgeAfter %v is negative", cfg.HedgeAfter)
+	}
+	if cfg.H2C && cfg.Base != nil {
+		return nil, errors.New("lbhttp: H2C sets the default base's protocols; with a Base of your own, set its Protocols")
 	}
 	t := &Transport{
 		picker:         p,
@@ -294,7 +308,13 @@ func NewTransport(p balancer.Picker, cfg Config) (*Transport, error) {
 		}
 	}
 	if t.base == nil {
-		t.base = NewBase()
+		b := NewBase()
+		if cfg.H2C {
+			b.Protocols = new(http.Protocols)
+			b.Protocols.SetUnencryptedHTTP2(true)
+			b.Protocols.SetHTTP2(true)
+		}
+		t.base = b
 	}
 	if t.classify == nil {
 		t.classify = DefaultClassify

@@ -559,6 +559,8 @@ func TestNewTransportErrors(t *testing.T) {
 		{"negative hedge delay", &scripted{}, lbhttp.Config{HedgeAfter: -time.Millisecond}, "lbhttp: HedgeAfter -1ms is negative"},
 		{"hedge percentile 100", &scripted{}, lbhttp.Config{HedgePercentile: 100}, "lbhttp: HedgePercentile 100 is not between 0 and 100"},
 		{"negative hedge percentile", &scripted{}, lbhttp.Config{HedgePercentile: -5}, "lbhttp: HedgePercentile -5 is not between 0 and 100"},
+		{"h2c with a base", &scripted{}, lbhttp.Config{H2C: true, Base: http.DefaultTransport},
+			"lbhttp: H2C sets the default base's protocols; with a Base of your own, set its Protocols"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -37,6 +37,8 @@
 //	                        wait (default 0: no hedging)
 //	-hedge-percentile p     hedge after this percentile of recent latencies,
 //	                        95 say (default 0: no hedging)
+//	-h2c                    send to the backends over HTTP/2 without TLS (h2c);
+//	                        every backend must accept it (default HTTP/1.1)
 //
 // A bad flag prints what is wrong on stderr and exits with status 2. The
 // proxy stops on SIGINT or SIGTERM, letting requests in flight finish for

@@ -56,6 +56,8 @@
 //     retries and hedges at most -retry-budget (0.2) of the requests plus
 //     -retry-budget-min (10) a second, over 10 s (-retry-budget 0 turns it
 //     off). Hedging is off unless -hedge-after or -hedge-percentile is set.
+//     It sends over HTTP/1.1, keeping up to 256 idle connections per
+//     backend (lbhttp.NewBase), or over HTTP/2 without TLS with -h2c.
 //   - The proxy and each of Options.Servers get a listener of their own; if
 //     any address cannot be listened on, nothing is served and Run returns
 //     ExitError. When the context ends (Main: SIGINT or SIGTERM), or one

@@ -76,10 +76,13 @@ type Config struct {
 	// -hedge-percentile), as in lbhttp.Config. Zero: off.
 	HedgeAfter      time.Duration
 	HedgePercentile float64
+	// H2C sends to the backends over HTTP/2 without TLS (-h2c), as
+	// lbhttp.Config.H2C: every backend must accept it.
+	H2C bool
 }
 
 // proxyConfig returns c's settings of the lbhttp Transport: timeouts,
-// budget and hedging.
+// budget, hedging and the protocol to the backends.
 func (c Config) proxyConfig() (lbhttp.Config, error) {
 	pc := lbhttp.Config{
 		MaxAttempts:     c.MaxAttempts,
@@ -89,6 +92,7 @@ func (c Config) proxyConfig() (lbhttp.Config, error) {
 		NoBudget:        c.NoBudget,
 		HedgeAfter:      c.HedgeAfter,
 		HedgePercentile: c.HedgePercentile,
+		H2C:             c.H2C,
 	}
 	if !c.NoBudget {
 		b, err := lbhttp.NewBudget(lbhttp.BudgetConfig{Ratio: c.RetryBudget, MinPerSecond: c.RetryBudgetMin})
@@ -154,6 +158,7 @@ func NewFlags(name string) *Flags {
 	fs.Float64Var(&f.c.RetryBudgetMin, "retry-budget-min", lbhttp.DefaultBudgetMinPerSecond, "retries a second allowed beyond the budget's share")
 	fs.DurationVar(&f.c.HedgeAfter, "hedge-after", 0, "send a hedge to another backend after this wait for the headers (0: no hedging)")
 	fs.Float64Var(&f.c.HedgePercentile, "hedge-percentile", 0, "hedge after this `percentile` of recent latencies, e.g. 95 (0: no hedging)")
+	fs.BoolVar(&f.c.H2C, "h2c", false, "send to the backends over HTTP/2 without TLS (every backend must accept it)")
 	return f
 }
 

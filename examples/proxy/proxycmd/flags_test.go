@@ -84,7 +84,7 @@ func TestParse(t *testing.T) {
 		"-algo", "ring", "-key", "header:X-User", "-trusted-proxies", "10.1.2.3/8, 192.0.2.1,2001:db8::1",
 		"-health-path", "/healthz", "-health-interval", "2s", "-max-attempts", "1",
 		"-attempt-timeout", "2s", "-request-timeout", "0", "-idle-timeout", "30s",
-		"-retry-budget", "0.1", "-retry-budget-min", "2", "-hedge-percentile", "95", "-hedge-after", "5ms",
+		"-retry-budget", "0.1", "-retry-budget-min", "2", "-hedge-percentile", "95", "-hedge-after", "5ms", "-h2c",
 	}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "[::1]:9000", c.Listen)
@@ -108,6 +108,7 @@ func TestParse(t *testing.T) {
 	assert.False(t, c.NoBudget)
 	assert.Equal(t, 95.0, c.HedgePercentile)
 	assert.Equal(t, 5*time.Millisecond, c.HedgeAfter)
+	assert.True(t, c.H2C)
 
 	c, err = NewFlags("p").Parse([]string{"-backends", "a:1", "-retry-budget", "0", "-attempt-timeout", "0"}, io.Discard)
 	require.NoError(t, err)
@@ -136,6 +137,7 @@ func TestParse(t *testing.T) {
 	assert.False(t, c.NoBudget)
 	assert.Zero(t, c.HedgeAfter)
 	assert.Zero(t, c.HedgePercentile)
+	assert.False(t, c.H2C, "HTTP/1.1 to the backends by default")
 }
 
 // TestEveryAlgorithmAccepted checks that -algo takes every name the bench

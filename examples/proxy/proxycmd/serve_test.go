@@ -306,6 +306,29 @@ func TestServeTimeouts(t *testing.T) {
 	}
 }
 
+// TestServeH2C checks that -h2c sends to the backends over HTTP/2
+// without TLS.
+func TestServeH2C(t *testing.T) {
+	h2 := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) }))
+	h2.Config.Protocols = new(http.Protocols)
+	h2.Config.Protocols.SetHTTP1(true)
+	h2.Config.Protocols.SetUnencryptedHTTP2(true)
+	h2.Start()
+	defer h2.Close()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	for _, tt := range []struct {
+		flags []string
+		want  string
+	}{{nil, "HTTP/1.1"}, {[]string{"-h2c"}, "HTTP/2.0"}} {
+		c, err := NewFlags("p").Parse(append([]string{"-listen", "127.0.0.1:0", "-backends", hostOf(h2)}, tt.flags...), io.Discard)
+		require.NoError(t, err)
+		addrs, stop := startServe(t, c, Options{})
+		assert.Equal(t, tt.want, get(t, client, "http://"+addrs[0]+"/"), "%v", tt.flags)
+		stop()
+	}
+}
+
 // TestServeFails checks that Serve returns an error, serving nothing,
 // listening on nothing and leaving no goroutine behind, when a server's
 // address cannot be listened on or Wrap fails.
