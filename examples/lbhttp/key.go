@@ -81,7 +81,7 @@ func KeyFrom(ctx context.Context) (string, bool) {
 func ClientIP(trusted ...netip.Prefix) KeyFunc {
 	t := trustListOf(trusted)
 	return func(r *http.Request) string {
-		return clientIP(r, t, r.Header["X-Forwarded-For"], xffHop)
+		return clientIP(r, t, "X-Forwarded-For", xffHop)
 	}
 }
 
@@ -94,7 +94,7 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 func ForwardedClientIP(trusted ...netip.Prefix) KeyFunc {
 	t := trustListOf(trusted)
 	return func(r *http.Request) string {
-		return clientIP(r, t, r.Header["Forwarded"], forwardedHop)
+		return clientIP(r, t, "Forwarded", forwardedHop)
 	}
 }
 
@@ -213,13 +213,15 @@ func forwardedHop(elem string) (string, bool) {
 	return "", false
 }
 
-// clientIP walks the forwarding header lines from the right while hops are
-// trusted; see ClientIP.
-func clientIP(r *http.Request, t trustList, lines []string, hop hopFunc) string {
+// clientIP walks the lines of the forwarding header named header (in
+// canonical form) from the right while hops are trusted; see ClientIP. It
+// looks the header up only for a trusted peer.
+func clientIP(r *http.Request, t trustList, header string, hop hopFunc) string {
 	key, peer, ok := parseHop(r.RemoteAddr)
 	if !ok || len(t) == 0 || !t.contains(peer) {
 		return key
 	}
+	lines := r.Header[header]
 	for i := len(lines) - 1; i >= 0; i-- {
 		line := lines[i]
 		for line != "" {
