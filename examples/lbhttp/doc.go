@@ -344,8 +344,10 @@
 // new one; so does a hedge. A response that carries a load report adds
 // one allocation of 80 B to hold it until the body ends; parsing a TEXT
 // or JSON report allocates nothing unless it has named metrics
-// (TestParseLoadAllocs). NewProxy's Rewrite adds one: the context
-// carrying the key. The keys themselves (ClientIP, ForwardedClientIP,
+// (TestParseLoadAllocs). Behind NewProxy the first attempt's block is
+// allocated by the Rewrite, with the context carrying the key: lbkit adds
+// one allocation to a bare ReverseProxy's request (TestProxyAllocs). The
+// keys themselves (ClientIP, ForwardedClientIP,
 // Header, Cookie) allocate nothing for canonical addresses
 // (TestKeyAllocs). NewProxy's BufferPool spares each request the 32 KB
 // copy buffer a bare ReverseProxy allocates.

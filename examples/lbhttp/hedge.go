@@ -188,7 +188,7 @@ func (t *Transport) sendHedge(r *hedgeRace) answer {
 	}
 	var a *attempt
 	if b.ID() != r.first.ID() && (t.budget == nil || t.budget.Retry(now)) {
-		a, err = t.attempt(r.req, b, r.n+1, nil)
+		a, err = t.attempt(r.req, b, r.n+1, nil, nil)
 	}
 	if a == nil || err != nil {
 		// The same backend (a set of one), no budget left, or a body

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"strings"
+	"sync/atomic"
 )
 
 // A KeyFunc returns the affinity key of a request: the balancer.Request.Key
@@ -22,10 +23,38 @@ type KeyFunc func(*http.Request) string
 type keyCtx struct{}
 
 // keyContext carries an affinity key. It is context.WithValue in one
-// allocation instead of two: WithValue would also box the string.
+// allocation instead of two: WithValue would also box the string. The one
+// NewProxy's Rewrite makes also holds the request's first attempt (see
+// proxyContext), for the Transport to take once.
 type keyContext struct {
 	context.Context
-	key string
+	key   string
+	spare *attempt // nil for WithKey's
+	taken atomic.Bool
+}
+
+// proxyContext is what NewProxy's Rewrite allocates: the key's context and
+// the block of the request's first attempt, together, so that lbkit's
+// wiring costs a proxied request one allocation in all.
+type proxyContext struct {
+	keyContext
+	first attempt
+}
+
+// withProxyKey is WithKey for NewProxy's Rewrite.
+func withProxyKey(ctx context.Context, key string) context.Context {
+	p := &proxyContext{keyContext: keyContext{Context: ctx, key: key}}
+	p.spare = &p.first
+	return &p.keyContext
+}
+
+// takeSpare returns the first attempt's block withProxyKey made, the
+// first time it is asked, and nil otherwise or for WithKey's context.
+func (c *keyContext) takeSpare() *attempt {
+	if c == nil || c.spare == nil || !c.taken.CompareAndSwap(false, true) {
+		return nil
+	}
+	return c.spare
 }
 
 // Value returns the keyContext itself for keyCtx, so that KeyFrom reads the
@@ -48,10 +77,17 @@ func WithKey(ctx context.Context, key string) context.Context {
 // KeyFrom returns the affinity key WithKey stored in ctx, and whether there
 // was one. It allocates nothing.
 func KeyFrom(ctx context.Context) (string, bool) {
-	if c, ok := ctx.Value(keyCtx{}).(*keyContext); ok {
+	if c := keyContextOf(ctx); c != nil {
 		return c.key, true
 	}
 	return "", false
+}
+
+// keyContextOf returns the keyContext WithKey or withProxyKey put in ctx,
+// or nil.
+func keyContextOf(ctx context.Context) *keyContext {
+	c, _ := ctx.Value(keyCtx{}).(*keyContext)
+	return c
 }
 
 // ClientIP returns a KeyFunc whose key is the address of the client that

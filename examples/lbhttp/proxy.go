@@ -81,7 +81,7 @@ func NewProxy(p balancer.Picker, cfg Config) (*httputil.ReverseProxy, error) {
 			}
 			pr.SetXForwarded()
 			// In place: WithContext's copy stays on the stack.
-			*pr.Out = *pr.Out.WithContext(WithKey(pr.Out.Context(), key(pr.In)))
+			*pr.Out = *pr.Out.WithContext(withProxyKey(pr.Out.Context(), key(pr.In)))
 		},
 		Transport:    t,
 		ErrorHandler: ErrorHandler(cfg.ErrorLog),

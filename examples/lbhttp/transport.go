@@ -370,8 +370,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errors.New("lbhttp: nil Request.URL")
 	}
 	ctx := req.Context()
-	key, ok := KeyFrom(ctx)
-	if !ok && t.key != nil {
+	kc := keyContextOf(ctx)
+	var key string
+	switch {
+	case kc != nil:
+		key = kc.key
+	case t.key != nil:
 		key = t.key(req)
 	}
 	hasBody := req.Body != nil && req.Body != http.NoBody
@@ -419,7 +423,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			break
 		}
-		a, err := t.attempt(req, b, n, held)
+		var spare *attempt
+		if n == 0 {
+			spare = kc.takeSpare()
+		}
+		a, err := t.attempt(req, b, n, held, spare)
 		if err != nil {
 			t.feedback.Done(b, balancer.Result{Err: balancer.ErrAbandoned}) // never sent
 			return nil, err
@@ -472,12 +480,17 @@ func (t *Transport) again(ctx context.Context, n int, deadline time.Time) bool {
 	return t.budget == nil || t.budget.Retry(now)
 }
 
-// attempt builds the n-th attempt of req, to backend b: the request's
-// copy, its URL with b's address, and its body: the held one, the
-// request's own for the first attempt, a fresh copy from GetBody for the
-// others.
-func (t *Transport) attempt(req *http.Request, b balancer.Backend, n int, held *heldBody) (*attempt, error) {
-	a := &attempt{url: *req.URL}
+// attempt builds the n-th attempt of req, to backend b, in spare if not
+// nil (a zero attempt NewProxy's Rewrite allocated with the key) or in a
+// new block: the request's copy, its URL with b's address, and its body:
+// the held one, the request's own for the first attempt, a fresh copy from
+// GetBody for the others.
+func (t *Transport) attempt(req *http.Request, b balancer.Backend, n int, held *heldBody, spare *attempt) (*attempt, error) {
+	a := spare
+	if a == nil {
+		a = new(attempt)
+	}
+	a.url = *req.URL
 	if t.guarded {
 		// Sent with the attempt's own context, which launch fills in.
 		a.req = *req.WithContext(&a.ctx)
