@@ -171,8 +171,10 @@ func (g *guard) start(caller context.Context, now time.Time, d time.Duration, wh
 			g.end(endCaller) // gave up already: nothing to wait for
 		default:
 			wait := g.t.linkAfter
-			if dl, ok := caller.Deadline(); ok && wait > 0 {
-				wait = min(wait, dl.Sub(now))
+			if wait > 0 {
+				if dl, ok := caller.Deadline(); ok {
+					wait = min(wait, dl.Sub(now))
+				}
 			}
 			g.link.Store(linkWait) // publishes caller to linkCaller
 			if wait > 0 {
