@@ -17,7 +17,8 @@
 # PROXY_CPU (0); the backends and the load generator (lbload, 64 keep-alive
 # connections) share core LOAD_CPU (1). Each round runs every variant in
 # turn, so that a change in the machine's load hits them all; the table
-# gives each one's median. CPU per request is read from /proc (the proxy's
+# gives each one's median, and its ratios to the first row are medians of
+# the rounds' ratios. CPU per request is read from /proc (the proxy's
 # user and system time over the measured requests), and moves much less
 # with other load on the machine than requests per second do; the load
 # average is printed before and after.
@@ -134,5 +135,5 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo
-echo "$N requests per run, $C connections; proxy on core $PROXY_CPU, backends and load on core $LOAD_CPU; medians of $ROUNDS rounds; ×first is the ratio to the first row; load average after: $load_after"
+echo "$N requests per run, $C connections; proxy on core $PROXY_CPU, backends and load on core $LOAD_CPU; medians of $ROUNDS rounds; ×first: the median of each round's ratio to the first row's run; load average after: $load_after"
 "$work/lbload" report "$work/runs.tsv"

@@ -35,8 +35,11 @@
 // FILE (label, name, requests, concurrency, seconds, rps, p50, p99, cpu
 // µs per request, user, system, errors); `lbload report FILE` prints
 // them as a table with each row's CPU per request and requests per second
-// as a ratio of the first row's. bench/sidebyside/run.sh uses both to set
-// lbkit's ready proxy beside nginx.
+// as a ratio of the first row's: when the rows have a run in every round,
+// the median over the rounds of the ratio between runs of the same round,
+// which the machine's load at the time touched alike.
+// bench/sidebyside/run.sh uses both to set lbkit's ready proxy beside
+// nginx.
 //
 // Run the load generator on another core than the proxy (taskset), or
 // its own CPU use competes with the proxy's and lowers the throughput of

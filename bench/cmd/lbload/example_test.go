@@ -9,13 +9,14 @@ import (
 
 // Three rounds of nginx and lbkit's proxy, as bench/sidebyside/run.sh
 // appends them with run -tsv, reported as medians, with CPU per request
-// and requests per second as ratios of the first row's (nginx's).
+// and requests per second as ratios of the first row's (nginx's): the
+// median of the three rounds' ratios.
 func Example_report() {
 	run(context.Background(), []string{"report", "testdata/runs.tsv"}, os.Stdout, io.Discard)
 	// Output:
 	// run       process   runs  requests/s  ×first  p50 ms  p99 ms  CPU µs/req  ×first  errors
 	// nginx     nginx     3     20000       1.00    2.90    5.10    41.0        1.00    0
-	// lbkit-rr  lbkit-rr  3     14815       0.74    4.05    7.80    82.0        2.00    0
+	// lbkit-rr  lbkit-rr  3     14815       0.73    4.05    7.80    82.0        2.00    0
 }
 
 // A bad command line gets a message and exit status 2.

@@ -408,7 +408,11 @@ func parseStat(s string) (stat, error) {
 
 // report prints the lines run -tsv appended as a table: one row per
 // label and process, the median of its runs, with its CPU per request and
-// requests per second also as a ratio of the first row's.
+// requests per second also as a ratio of the first row's. When every row
+// has as many runs as the first (rounds that ran each in turn), a ratio is
+// the median of the rounds' ratios, each run set beside the first row's
+// run of the same round, which the machine's load in that round touched
+// alike; otherwise it is the ratio of the medians.
 func report(args []string, stdout io.Writer) error {
 	if len(args) != 1 {
 		return usageError{errors.New("report: want one file")}
@@ -425,9 +429,24 @@ func report(args []string, stdout io.Writer) error {
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "run\tprocess\truns\trequests/s\t×first\tp50 ms\tp99 ms\tCPU µs/req\t×first\terrors")
 	first := groups[0]
+	paired := true
+	for _, g := range groups {
+		paired = paired && len(g.raw) == len(first.raw)
+	}
+	// ratio is g's figure j (0: rps, 3: cpu) as a ratio of the first's.
+	ratio := func(g group, j int, med float64) float64 {
+		if !paired {
+			return med / [4]float64{first.rps, first.p50, first.p99, first.cpu}[j]
+		}
+		xs := make([]float64, len(g.raw))
+		for i := range g.raw {
+			xs[i] = g.raw[i][j] / first.raw[i][j]
+		}
+		return median(xs)
+	}
 	for _, g := range groups {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.2f\t%d\n",
-			g.label, g.name, g.runs, g.rps, g.rps/first.rps, g.p50, g.p99, g.cpu, g.cpu/first.cpu, g.errs)
+			g.label, g.name, g.runs, g.rps, ratio(g, 0, g.rps), g.p50, g.p99, g.cpu, ratio(g, 3, g.cpu), g.errs)
 	}
 	return w.Flush()
 }
@@ -437,6 +456,16 @@ type group struct {
 	label, name        string
 	runs, errs         int
 	rps, p50, p99, cpu float64
+	raw                [][4]float64 // each run's rps, p50, p99 and cpu, in order
+}
+
+// median returns the median of xs, which it sorts.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	if len(xs)%2 == 1 {
+		return xs[len(xs)/2]
+	}
+	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
 }
 
 // readRuns reads -tsv lines and groups them by label and process, in the
@@ -485,14 +514,10 @@ func readRuns(r io.Reader, name string) ([]group, error) {
 			for i, r := range rs {
 				xs[i] = r[j]
 			}
-			slices.Sort(xs)
-			if len(xs)%2 == 1 {
-				return xs[len(xs)/2]
-			}
-			return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+			return median(xs)
 		}
 		groups[i] = group{label: k.label, name: k.name, runs: len(rs), errs: errs[k],
-			rps: med(0), p50: med(1), p99: med(2), cpu: med(3)}
+			rps: med(0), p50: med(1), p99: med(2), cpu: med(3), raw: rs}
 	}
 	return groups, nil
 }

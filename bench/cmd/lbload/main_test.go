@@ -174,3 +174,36 @@ func TestBareProxy(t *testing.T) {
 	var ue usageError
 	assert.ErrorAs(t, err, &ue)
 }
+
+// TestReportRatios checks how report sets a row beside the first: the
+// median of the rounds' ratios when every row has a run in each round, so
+// that a round the machine slowed throughout counts as one; the ratio of
+// the medians when the rows have different numbers of runs.
+func TestReportRatios(t *testing.T) {
+	line := func(label string, cpu float64) string {
+		return fmt.Sprintf("%s\tp\t100\t1\t1.000\t100.0\t1.000\t2.000\t%.2f\t1.000\t1.000\t0\n", label, cpu)
+	}
+	tests := []struct {
+		name string
+		runs []string
+		want string // the second row's CPU ratio
+	}{
+		// Rounds (10, 12), (20, 21), (30, 33): ratios 1.2, 1.05 and 1.1,
+		// where the medians, 20 and 21, would say 1.05.
+		{"paired", []string{line("a", 10), line("b", 12), line("a", 20), line("b", 21), line("a", 30), line("b", 33)}, "1.10"},
+		// a: 10, 20, 30 (median 20); b: 11 and 33 (median 22).
+		{"unpaired", []string{line("a", 10), line("b", 11), line("a", 20), line("a", 30), line("b", 33)}, "1.10"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tsv := filepath.Join(t.TempDir(), "runs.tsv")
+			require.NoError(t, os.WriteFile(tsv, []byte(strings.Join(tt.runs, "")), 0o644))
+			var out bytes.Buffer
+			require.NoError(t, report([]string{tsv}, &out))
+			rows := strings.Split(strings.TrimSpace(out.String()), "\n")
+			require.Len(t, rows, 3)
+			f := strings.Fields(rows[2])
+			assert.Equal(t, tt.want, f[8], "%s", out.String())
+		})
+	}
+}
