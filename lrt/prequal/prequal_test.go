@@ -184,13 +184,31 @@ func TestProbeRate(t *testing.T) {
 	assert.EqualValues(t, st.Sent-uint64(st.Pool), st.Failed)
 	assert.Greater(t, st.Failed, uint64(0))
 
-	q := prequal.New(f.probe, prequal.WithProbeRate(16))
+	// Probes that do not answer until the turn has sent all it may: the
+	// 160 asks find 16 probes out and the rest are dropped. (With probes
+	// that answer at once, a slot freed mid-turn may take a 17th ask.)
+	release := make(chan struct{})
+	var out, most atomic.Int64
+	slow := func(ctx context.Context, b balancer.Backend) (balancer.Load, error) {
+		n := out.Add(1)
+		defer out.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		return balancer.Load{}, nil
+	}
+	q := prequal.New(slow, prequal.WithProbeRate(16))
 	require.NoError(t, q.Update(bs))
 	for range 10 {
 		_, _ = q.Pick(balancer.Request{})
 	}
-	q.ProbeNow()
-	assert.EqualValues(t, prequal.PoolSize, q.Stats().Sent, "at most 16 probes out at a time")
+	done := make(chan struct{})
+	go func() { q.ProbeNow(); close(done) }()
+	require.Eventually(t, func() bool { return out.Load() == prequal.PoolSize }, 10*time.Second, time.Millisecond)
+	close(release)
+	<-done
+	assert.EqualValues(t, prequal.PoolSize, q.Stats().Sent, "at most 16 probes out at a time; the other asks dropped")
+	assert.EqualValues(t, prequal.PoolSize, most.Load())
 }
 
 // Once Update returns, answers for a removed backend are never used, and
