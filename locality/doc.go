@@ -49,6 +49,16 @@
 // To give each client a subset of a large fleet, put package subset
 // around health: subset ▶ health ▶ locality ▶ one picker per zone.
 //
+// That order differs from the one lbkit's design first drew, [subset] ▶
+// [locality] ▶ health ▶ algorithm. With locality outside, it would need a
+// health per zone (a prober and an ejection record per zone's picker, and
+// a Drain per zone) and would see only the backends health found
+// eligible, so it could neither lower a level's share as its backends
+// fail nor panic per level: health's own panic mode, over the whole set,
+// would hide a level's loss from it. Inside health, it gets every backend
+// with its health through balancer.HealthUpdater, the explicit interface
+// the design asks for, and one health serves all zones.
+//
 // # Priority levels
 //
 // Envoy's priority load, with its overprovisioning factor, 1.4 by default
