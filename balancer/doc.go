@@ -189,11 +189,11 @@
 // # Errors
 //
 // Pick returns [ErrNoBackend] itself when the set is empty. Update errors
-// wrap [ErrNilBackend], [ErrEmptyID], [ErrDuplicateID] or [ErrBadWeight];
-// pickers that parse keys wrap [ErrBadKey]; parsers of load reports wrap
-// [ErrBadLoad]. Test with errors.Is. Error
-// strings start with the package that made them. No picker returns
-// [ErrAbandoned]: callers pass it to Done.
+// wrap [ErrNilBackend], [ErrEmptyID], [ErrDuplicateID], [ErrBadWeight] or
+// [ErrBadLocality]; pickers that parse keys wrap [ErrBadKey]; parsers of
+// load reports wrap [ErrBadLoad]; [CanonicalAddr] wraps [ErrBadAddr]. Test
+// with errors.Is. Error strings start with the package that made them. No
+// picker returns [ErrAbandoned]: callers pass it to Done.
 //
 // The conformance kit in package balancertest checks, for any Balancer,
 // lbkit's or yours, with one call, the rules above that every Balancer
