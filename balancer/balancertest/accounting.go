@@ -289,22 +289,12 @@ func orderLearned(newBalancer func() balancer.Balancer, bs, moved []balancer.Bac
 }
 
 // counterOf returns the first layer of b that counts requests in flight
-// (a balancer.InFlightCounter): b itself, else, if b is a decorator with
-// an Unwrap method returning the picker inside (Unwrap() balancer.Picker),
-// that picker, and so on down the stack. Pick and Done still go to b, so
-// the counts read inside show whether every layer passes every Done on.
+// (a balancer.InFlightCounter), found as balancer.As finds a layer: b
+// itself, else down the stack of decorators through their Unwrap. Pick
+// and Done still go to b, so the counts read inside show whether every
+// layer passes every Done on.
 func counterOf(b balancer.Picker) (balancer.InFlightCounter, bool) {
-	for b != nil {
-		if c, ok := b.(balancer.InFlightCounter); ok {
-			return c, true
-		}
-		u, ok := b.(interface{ Unwrap() balancer.Picker })
-		if !ok {
-			break
-		}
-		b = u.Unwrap()
-	}
-	return nil, false
+	return balancer.As[balancer.InFlightCounter](b)
 }
 
 // orderCounts holds requests, gives the same set in another order, and
