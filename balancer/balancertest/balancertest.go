@@ -443,6 +443,8 @@ func checkInvalidUpdate(newBalancer func() balancer.Balancer) error {
 		{"negative weight", []balancer.Backend{fresh, balancer.NewEndpoint("neg.test:1", -3)}, balancer.ErrBadWeight},
 		{"zero weight", []balancer.Backend{fresh, balancer.NewEndpoint("zero.test:1", 0)}, balancer.ErrBadWeight},
 		{"weight too large", []balancer.Backend{fresh, balancer.NewEndpoint("big.test:1", balancer.MaxWeight+1)}, balancer.ErrBadWeight},
+		{"negative priority", []balancer.Backend{fresh, balancer.NewEndpoint("low.test:1", 1).At(balancer.Locality{Priority: -1})}, balancer.ErrBadLocality},
+		{"priority too large", []balancer.Backend{fresh, balancer.NewEndpoint("high.test:1", 1).At(balancer.Locality{Priority: balancer.MaxPriority + 1})}, balancer.ErrBadLocality},
 	}
 	b := newBalancer()
 	if err := update(b, good); err != nil {

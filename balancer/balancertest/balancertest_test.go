@@ -82,6 +82,7 @@ const (
 	leaksAbandoned      // Done counts an abandoned request off no counter
 	dropsRemoved        // an Update that removes a backend forgets every count
 	subsets             // sound: round robin over a subset of 3, by a hash salted per instance
+	ignoresLocality     // Update accepts a priority outside [0, MaxPriority]
 )
 
 // learner reports whether f picks by latency.
@@ -186,7 +187,7 @@ func (r *ref) Update(bs []balancer.Backend) error {
 	weightOf := map[string]int{} // the weights validation read
 	if r.flaw != skipsValidate && r.flaw != validatesUnlocked {
 		set, err := balancer.NewSet(bs)
-		if err != nil {
+		if err != nil && (r.flaw != ignoresLocality || !errors.Is(err, balancer.ErrBadLocality)) {
 			return err
 		}
 		for i, id := range set.IDs {
@@ -634,6 +635,7 @@ func TestKitCatchesFlaws(t *testing.T) {
 		{keyedByPosition, "a learner keeping its state by position", "Order"},
 		{leaksAbandoned, "counts no abandoned request off", "InFlight"},
 		{dropsRemoved, "forgets every count when a backend leaves", "InFlight"},
+		{ignoresLocality, "accepts a priority out of range", "InvalidUpdate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -71,8 +71,9 @@
 //     backends that each keep about half of the set before, so that a flaw
 //     that shows only in large sets or after many Updates shows too.
 //   - InvalidUpdate: a nil backend, a nil pointer, an empty or duplicate ID, a
-//     weight outside [1, MaxWeight] are refused with an error wrapping the
-//     matching sentinel, and the previous set stays in use.
+//     weight outside [1, MaxWeight], a priority outside [0, MaxPriority]
+//     are refused with an error wrapping the matching sentinel, and the
+//     previous set stays in use.
 //   - Slice: Update neither modifies the caller's slice (no sorting in
 //     place) nor keeps it, at every size.
 //   - NewValues: an Update that keeps every ID but brings new Backend
