@@ -82,10 +82,12 @@ func Run(t *testing.T, newBalancer func() balancer.Balancer) {
 	}
 }
 
-// checkTimeout bounds one check. The slowest takes well under a second on a
-// loaded machine under -race; a check still running after this is stuck
-// in the picker (an endless loop, a deadlock), and is reported as such
-// rather than left to hang the test binary.
+// checkTimeout bounds one check. The slowest, Maglev's Concurrent, Removed
+// and Avoid (two dozen Updates, each building a 65,537-slot table), take
+// a few seconds each under -race on a loaded machine (the package doc
+// gives the figures); a check still running after a minute is stuck in
+// the picker (an endless loop, a deadlock), and is reported as such rather
+// than left to hang the test binary.
 const checkTimeout = time.Minute
 
 // runCheck runs one check in a goroutine of its own, so that a panic in
