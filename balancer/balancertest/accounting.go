@@ -20,21 +20,11 @@ import (
 // shares makes picks picks with the keys key(0), key(1), ..., each Done at
 // once with Result{} (nothing measured), and returns each ID's share.
 func shares(b balancer.Balancer, want map[string]balancer.Backend, picks int) (map[string]float64, error) {
-	fb := feedback(b)
-	count := map[string]int{}
-	for i := range picks {
-		got, err := b.Pick(balancer.Request{Key: key(i)})
-		if err := member(got, err, want); err != nil {
-			return nil, fmt.Errorf("pick %d: %w", i, err)
-		}
-		count[got.ID()]++
-		fb.Done(got, balancer.Result{})
+	count, err := tally(b, want, picks, func(balancer.Backend, int) balancer.Result { return balancer.Result{} })
+	if err != nil {
+		return nil, err
 	}
-	out := make(map[string]float64, len(count))
-	for id, c := range count {
-		out[id] = float64(c) / float64(picks)
-	}
-	return out, nil
+	return sharesOf(count, picks), nil
 }
 
 // sharePicks is how many picks checkNewValues makes to compare shares, and

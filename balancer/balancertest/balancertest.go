@@ -719,17 +719,22 @@ func checkDoneUnknown(newBalancer func() balancer.Balancer) error {
 	return nil
 }
 
-// countPicks gives a new Balancer the set bs, makes picks picks with the
-// keys key(0), key(1), ..., each followed by Done with the Result that
-// result gives for the backend picked and the number of times it has been
-// picked so far, and returns how often each backend was picked.
+// countPicks gives a new Balancer the set bs and returns what tally
+// counts on it.
 func countPicks(newBalancer func() balancer.Balancer, bs []balancer.Backend, picks int, result func(p balancer.Backend, nth int) balancer.Result) (map[balancer.Backend]int, error) {
 	b := newBalancer()
-	fb := feedback(b)
 	if err := update(b, bs); err != nil {
 		return nil, err
 	}
-	want := members(bs)
+	return tally(b, members(bs), picks, result)
+}
+
+// tally makes picks picks with the keys key(0), key(1), ..., each checked
+// against want and followed by Done with the Result that result gives for
+// the backend picked and the number of times it has been picked so far,
+// and returns how often each backend was picked.
+func tally(b balancer.Balancer, want map[string]balancer.Backend, picks int, result func(p balancer.Backend, nth int) balancer.Result) (map[balancer.Backend]int, error) {
+	fb := feedback(b)
 	count := map[balancer.Backend]int{}
 	for i := range picks {
 		p, err := b.Pick(balancer.Request{Key: key(i)})
