@@ -201,9 +201,6 @@ const minUtilization = 0.01
 func WithReports() Option {
 	return optionFunc(func(c *config) {
 		c.reports = true
-		if c.expiry == 0 {
-			c.expiry = DefaultReportExpiry
-		}
 	})
 }
 
@@ -244,13 +241,13 @@ func WithClock(now func() time.Time) Option {
 // give it backends. By default it scans sets of fewer than ScanBelow
 // backends and uses the power of two choices for larger ones.
 func New(opts ...Option) *Picker {
-	c := config{rand: rand.Uint64, choices: 2}
+	c := config{rand: rand.Uint64, choices: 2, expiry: DefaultReportExpiry}
 	for _, o := range opts {
 		o.apply(&c)
 	}
 	p := &Picker{rand: c.rand, choices: c.choices, forced: c.forced}
 	if c.reports {
-		p.reports = &reports{metric: c.metric, expiry: int64(cmpOr(c.expiry, DefaultReportExpiry)), clock: c.clock}
+		p.reports = &reports{metric: c.metric, expiry: int64(c.expiry), clock: c.clock}
 		if p.reports.clock == nil {
 			epoch := time.Now()
 			p.reports.clock = func() time.Time { return epoch.Add(time.Since(epoch)) }
@@ -258,13 +255,6 @@ func New(opts ...Option) *Picker {
 	}
 	p.snap.Store(&snapshot{})
 	return p
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // Update replaces the set. It validates bs first (see balancer.Validate) and
