@@ -27,8 +27,9 @@
 //   - Start: probes are sent by the loop Start runs, until its context
 //     ends or Close. Without it nothing is probed, and picks fall back to
 //     two random choices on this picker's own in-flight counts.
-//     A decorator in front (health) does not start it for you: call
-//     Start on the Picker itself.
+//     Behind a decorator (health, lbkit's metrics), Start and Close the
+//     outermost layer, which starts and closes this picker (balancer's
+//     doc, "Decorators"); a second Start on the Picker itself fails.
 //   - Probe: New takes the function that asks a backend; it returns the
 //     backend's requests in flight (balancer.Load.InFlight) and latency
 //     estimate (Load.Latency). For HTTP, lbhttp's Reporter answers probes
