@@ -201,9 +201,6 @@ const minUtilization = 0.01
 func WithReports() Option {
 	return optionFunc(func(c *config) {
 		c.reports = true
-		if c.expiry == 0 {
-			c.expiry = DefaultReportExpiry
-		}
 	})
 }
 
@@ -244,13 +241,13 @@ func WithClock(now func() time.Time) Option {
 // give it backends. By default it scans sets of fewer than ScanBelow
 // backends and uses the power of two choices for larger ones.
 func New(opts ...Option) *Picker {
-	c := config{rand: rand.Uint64, choices: 2}
+	c := config{rand: rand.Uint64, choices: 2, expiry: DefaultReportExpiry}
 	for _, o := range opts {
 		o.apply(&c)
 	}
 	p := &Picker{rand: c.rand, choices: c.choices, forced: c.forced}
 	if c.reports {
-		p.reports = &reports{metric: c.metric, expiry: int64(cmpOr(c.expiry, DefaultReportExpiry)), clock: c.clock}
+		p.reports = &reports{metric: c.metric, expiry: int64(c.expiry), clock: c.clock}
 		if p.reports.clock == nil {
 			epoch := time.Now()
 			p.reports.clock = func() time.Time { return epoch.Add(time.Since(epoch)) }
@@ -258,13 +255,6 @@ func New(opts ...Option) *Picker {
 	}
 	p.snap.Store(&snapshot{})
 	return p
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // Update replaces the set. It validates bs first (see balancer.Validate) and
@@ -516,39 +506,51 @@ func (s *snapshot) sample(avoid string, rnd func() uint64) int {
 			return i
 		}
 	}
-	// excluded holds the candidates drawn so far and, once drawn, the
-	// backend to avoid, in increasing order (see drawExcept).
-	var excluded [MaxChoices + 1]int
-	m := 0
-	best := -1
-	var bl, bw uint64
-	for range s.k {
-		i := s.drawExcept(&r, excluded[:m])
-		if i < 0 {
-			continue
-		}
-		m = insert(excluded[:m+1], i)
-		e := &s.entries[i]
-		if e.id == avoid {
-			// Excluded from now on; draw a replacement.
-			if i = s.drawExcept(&r, excluded[:m]); i < 0 {
-				continue
-			}
-			m = insert(excluded[:m+1], i)
-			e = &s.entries[i]
-		}
-		if l := e.load(); best < 0 || l*bw < bl*e.w {
-			best, bl, bw = i, l, e.w
-		}
-	}
-	if best < 0 {
+	var cands [MaxChoices]int
+	m := s.candidates(avoid, &r, &cands)
+	if m == 0 {
 		// Every draw failed: a weighted set where the backend to avoid
 		// holds nearly all the weight. The scan finds another, breaking
 		// ties with numbers from the same draw (WithRand: one call to rnd
 		// per pick).
 		return s.scan(avoid, r.next)
 	}
+	best := cands[0]
+	bl, bw := s.entries[best].load(), s.entries[best].w
+	for _, i := range cands[1:m] {
+		e := &s.entries[i]
+		if l := e.load(); l*bw < bl*e.w {
+			best, bl, bw = i, l, e.w
+		}
+	}
 	return best
+}
+
+// candidates draws s.k distinct candidates other than avoid into cands, in
+// the order drawn, and returns how many it drew: fewer when a weighted
+// draw gives up (see drawExcept), 0 when every one did. A draw that lands
+// on avoid excludes it from then on and draws a replacement.
+func (s *snapshot) candidates(avoid string, r *wyrand, cands *[MaxChoices]int) int {
+	// excluded holds the candidates drawn so far and, once drawn, the
+	// backend to avoid, in increasing order (see drawExcept).
+	var excluded [MaxChoices + 1]int
+	m, n := 0, 0
+	for range s.k {
+		i := s.drawExcept(r, excluded[:m])
+		if i < 0 {
+			continue
+		}
+		m = insert(excluded[:m+1], i)
+		if s.entries[i].id == avoid {
+			if i = s.drawExcept(r, excluded[:m]); i < 0 {
+				continue
+			}
+			m = insert(excluded[:m+1], i)
+		}
+		cands[n] = i
+		n++
+	}
+	return n
 }
 
 // sampleTwo is sample for two candidates, the default, without the
@@ -584,8 +586,8 @@ func (s *snapshot) sampleTwo(avoid string, r *wyrand) (int, bool) {
 }
 
 // pickReported is Pick with WithReports: s.k candidates drawn as sample
-// draws them (every backend, in a random rotation, when s.k is 0), and the
-// best of them by better.
+// draws them (candidates; every backend, in a random rotation, when s.k is 0),
+// and the best of them by better.
 func (s *snapshot) pickReported(avoid string, rnd func() uint64, rp *reports) int {
 	now := rp.now.Load()
 	r := wyrand(rnd())
@@ -606,24 +608,13 @@ func (s *snapshot) pickReported(avoid string, rnd func() uint64, rp *reports) in
 		}
 		return best // n ≥ 2: another backend than avoid exists
 	}
-	var excluded [MaxChoices + 1]int
-	m := 0
-	for range s.k {
-		i := s.drawExcept(&r, excluded[:m])
-		if i < 0 {
-			continue
-		}
-		m = insert(excluded[:m+1], i)
-		if s.entries[i].id == avoid {
-			if i = s.drawExcept(&r, excluded[:m]); i < 0 {
-				continue
-			}
-			m = insert(excluded[:m+1], i)
-		}
-		consider(i)
-	}
-	if best < 0 {
+	var cands [MaxChoices]int
+	m := s.candidates(avoid, &r, &cands)
+	if m == 0 {
 		return s.scan(avoid, r.next) // as in sample
+	}
+	for _, i := range cands[:m] {
+		consider(i)
 	}
 	return best
 }

@@ -41,7 +41,7 @@
 // second off the request path, with the same smooth schedule:
 //
 //	p := wrr.NewReported()
-//	if err := p.Start(ctx); err != nil { ... } // the weight loop; optional, see Reported.Done
+//	if err := p.Start(context.Background()); err != nil { ... } // the weight loop, until Close; optional, see Reported.Done
 //	defer p.Close()
 //	// lbhttp's Transport passes each response's endpoint-load-metrics report
 //	// to p.Done in Result.Load; backends send it through lbhttp.Reporter.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sync"
@@ -107,6 +108,8 @@ type report struct {
 var (
 	_ balancer.Balancer = (*Reported)(nil)
 	_ balancer.Feedback = (*Reported)(nil)
+	_ balancer.Starter  = (*Reported)(nil) // so a decorator in front starts it
+	_ io.Closer         = (*Reported)(nil) // and closes it
 )
 
 // ReportedOption configures a Reported. Every Option (WithRand,

@@ -16,19 +16,26 @@
 //	if err != nil { ... }
 //	p := prequal.New(prober.Probe)
 //	if err := p.Update(balancer.Endpoints("10.0.0.1:8080", "10.0.0.2:8080")); err != nil { ... }
-//	if err := p.Start(ctx); err != nil { ... } // the probe loop
+//	if err := p.Start(context.Background()); err != nil { ... } // the probe loop; ends with Close
 //	defer p.Close()
 //	b, err := p.Pick(balancer.Request{})
-//	// ... send the request to b.ID(); when it has finished:
-//	p.Done(b, balancer.Result{Latency: d, Err: err})
+//	if err != nil { ... } // balancer.ErrNoBackend: the set is empty
+//	start := time.Now()
+//	resp, err := http.Get("http://" + b.ID() + "/api") // err is now the request's, not Pick's
+//	if err == nil {
+//		_, err = io.Copy(io.Discard, resp.Body) // Done when the body ends, not at the headers
+//		resp.Body.Close()
+//	}
+//	p.Done(b, balancer.Result{Latency: time.Since(start), Err: err}) // nil: a success
 //
 // What a caller must do:
 //
 //   - Start: probes are sent by the loop Start runs, until its context
 //     ends or Close. Without it nothing is probed, and picks fall back to
 //     two random choices on this picker's own in-flight counts.
-//     A decorator in front (health) does not start it for you: call
-//     Start on the Picker itself.
+//     Behind a decorator (health, lbkit's metrics), Start and Close the
+//     outermost layer, which starts and closes this picker (balancer's
+//     doc, "Decorators"); a second Start on the Picker itself fails.
 //   - Probe: New takes the function that asks a backend; it returns the
 //     backend's requests in flight (balancer.Load.InFlight) and latency
 //     estimate (Load.Latency). For HTTP, lbhttp's Reporter answers probes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -57,9 +58,9 @@ type ProbeFunc func(ctx context.Context, b balancer.Backend) (balancer.Load, err
 // Pick only reads their answers. Create it with New; the zero value is not
 // ready.
 //
-// Pick, Done, Update and Stats are safe for concurrent use. Pick and Done
-// take no lock and allocate nothing; Pick sends nothing and reads no
-// clock. A Picker must not be copied.
+// Pick, Done, Update, Stats and InFlight are safe for concurrent use.
+// Pick and Done take no lock and allocate nothing; Pick sends nothing and
+// reads no clock. A Picker must not be copied.
 type Picker struct {
 	// Immutable after New.
 	cfg config
@@ -114,8 +115,11 @@ type probe struct {
 }
 
 var (
-	_ balancer.Balancer = (*Picker)(nil)
-	_ balancer.Feedback = (*Picker)(nil)
+	_ balancer.Balancer        = (*Picker)(nil)
+	_ balancer.Feedback        = (*Picker)(nil)
+	_ balancer.InFlightCounter = (*Picker)(nil)
+	_ balancer.Starter         = (*Picker)(nil) // so a decorator in front starts it
+	_ io.Closer                = (*Picker)(nil) // and closes it
 )
 
 // Option configures a Picker.
