@@ -563,3 +563,35 @@ func TestEmptyingErrorKeepsNewSet(t *testing.T) {
 		assert.Contains(t, ids(left), id)
 	}
 }
+
+// counting is rr counting its Updates.
+type counting struct {
+	*rr.Picker
+	updates *int
+}
+
+func (c counting) Update(bs []balancer.Backend) error {
+	*c.updates++
+	return c.Picker.Update(bs)
+}
+
+// Only the pickers whose set changed are updated (UpdateHealth's doc, and
+// the package doc's Cost): a health flip updates one zone's picker, and
+// SetCallers none.
+func TestUpdatesOnlyChangedPickers(t *testing.T) {
+	updates := 0
+	l, err := locality.New(func() balancer.Balancer { return counting{rr.New(), &updates} }, locality.Config{Zone: "a"})
+	require.NoError(t, err)
+	set := concat(tier("a", 0, 4), tier("b", 0, 4), tier("c", 0, 4), tier("a", 1, 4))
+	require.NoError(t, l.UpdateHealth(set, nil))
+	assert.Equal(t, 4, updates, "one Update per zone and level")
+
+	updates = 0
+	require.NoError(t, l.UpdateHealth(set, healthOf(set, set[5].ID())))
+	assert.Equal(t, 1, updates, "a health flip in zone b updates zone b's picker only")
+	updates = 0
+	require.NoError(t, l.UpdateHealth(set, healthOf(set, set[5].ID())))
+	assert.Zero(t, updates, "the same set and health again: no Update")
+	require.NoError(t, l.SetCallers(map[string]int{"a": 1, "b": 1, "c": 1}))
+	assert.Zero(t, updates, "callers change only the shares")
+}
