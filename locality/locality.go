@@ -159,7 +159,9 @@ func (b *Balancer) Update(bs []balancer.Backend) error {
 // its healthy backends (all of them in a level in panic): the very
 // Backend values given here. Only pickers whose set changed are updated.
 // On error, from validation or from a picker, every picker keeps its
-// previous set and the previous routing stays.
+// previous set and the previous routing stays. A picker left without
+// backends is emptied after the new routing is published: if it refuses,
+// the error names it, and the new set and routing stay.
 //
 // Cost: O(n log n), and the Update of each picker whose set changed.
 func (b *Balancer) UpdateHealth(bs []balancer.Backend, healthy []bool) error {
@@ -183,14 +185,13 @@ func (b *Balancer) UpdateHealth(bs []balancer.Backend, healthy []bool) error {
 	}
 	// The backends leaving are retired first, so that the new snapshot
 	// routes their late Dones; a refused set puts the record back.
-	retired, queue := maps.Clone(b.retired), slices.Clone(b.queue)
+	retired, queue, before := maps.Clone(b.retired), slices.Clone(b.queue), b.cur.Load()
 	b.retire(set)
-	if err := b.apply(set, up, b.callers); err != nil {
+	err = b.apply(set, up, b.callers)
+	if err != nil && b.cur.Load() == before {
 		b.retired, b.queue = retired, queue
-		return err
 	}
-	b.set, b.healthy = set, up
-	return nil
+	return err
 }
 
 // SetCallers replaces Config.Callers: how many callers run in each zone
@@ -206,17 +207,15 @@ func (b *Balancer) SetCallers(callers map[string]int) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.apply(b.set, b.healthy, c); err != nil {
-		return err
-	}
-	b.callers = c
-	return nil
+	return b.apply(b.set, b.healthy, c)
 }
 
 // apply lays out set and publishes the routing: pickers that gain or keep
-// backends are updated first, then the snapshot is published, then the
-// pickers left without backends are emptied, so that a Pick running
-// meanwhile always finds a picker with backends. b.mu must be held.
+// backends are updated first, then the snapshot is published (and set,
+// healthy and callers become the Balancer's), then the pickers left
+// without backends are emptied, so that a Pick running meanwhile always
+// finds a picker with backends. An error before publishing leaves
+// everything as it was. b.mu must be held.
 func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]int) error {
 	l := plan(set, healthy, b.s, callers)
 	type change struct {
@@ -307,6 +306,7 @@ func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]in
 		s.feedback = s.only.fb != nil
 	}
 	b.cur.Store(s)
+	b.set, b.healthy, b.callers = set, healthy, callers
 	// Empty the pickers left out, which no new Pick reaches.
 	var errs []error
 	for _, g := range b.groups {

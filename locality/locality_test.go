@@ -526,3 +526,72 @@ func TestPickDuringUpdate(t *testing.T) {
 	require.NoError(t, p.err, "a Pick caught across the Update must find the new set")
 	assert.Contains(t, ids(moved), p.b.ID())
 }
+
+// emptyRefuser is rr that refuses to be emptied while *fail is set.
+type emptyRefuser struct {
+	*rr.Picker
+	fail *bool
+}
+
+func (r *emptyRefuser) Update(bs []balancer.Backend) error {
+	if *r.fail && len(bs) == 0 {
+		return errRefused
+	}
+	return r.Picker.Update(bs)
+}
+
+// A picker that refuses to be emptied, after the new routing is
+// published, fails the Update, but the new set is the one in place: a
+// later SetCallers lays it out (and empties that picker), not the set
+// before, and a backend that left gets no pick.
+func TestEmptyingErrorKeepsNewSet(t *testing.T) {
+	fail := true
+	l, err := locality.New(func() balancer.Balancer { return &emptyRefuser{Picker: rr.New(), fail: &fail} }, locality.Config{})
+	require.NoError(t, err)
+	require.NoError(t, l.Update(concat(tier("a", 0, 2), tier("b", 0, 2))))
+	left := tier("b", 0, 2)
+	assert.ErrorIs(t, l.Update(left), errRefused, "zone a's picker refused to be emptied")
+	after := l.View()
+	require.Len(t, after.Levels, 1)
+	require.Len(t, after.Levels[0].Zones, 1, "the new set is routed")
+
+	fail = false
+	require.NoError(t, l.SetCallers(map[string]int{"b": 1}), "zone a's picker is emptied now")
+	assert.Equal(t, after, l.View(), "SetCallers lays out the set in place")
+	_, backends := shares(t, l, 200, balancer.Request{})
+	for id := range backends {
+		assert.Contains(t, ids(left), id)
+	}
+}
+
+// counting is rr counting its Updates.
+type counting struct {
+	*rr.Picker
+	updates *int
+}
+
+func (c counting) Update(bs []balancer.Backend) error {
+	*c.updates++
+	return c.Picker.Update(bs)
+}
+
+// Only the pickers whose set changed are updated (UpdateHealth's doc, and
+// the package doc's Cost): a health flip updates one zone's picker, and
+// SetCallers none.
+func TestUpdatesOnlyChangedPickers(t *testing.T) {
+	updates := 0
+	l, err := locality.New(func() balancer.Balancer { return counting{rr.New(), &updates} }, locality.Config{Zone: "a"})
+	require.NoError(t, err)
+	set := concat(tier("a", 0, 4), tier("b", 0, 4), tier("c", 0, 4), tier("a", 1, 4))
+	require.NoError(t, l.UpdateHealth(set, nil))
+	assert.Equal(t, 4, updates, "one Update per zone and level")
+
+	updates = 0
+	require.NoError(t, l.UpdateHealth(set, healthOf(set, set[5].ID())))
+	assert.Equal(t, 1, updates, "a health flip in zone b updates zone b's picker only")
+	updates = 0
+	require.NoError(t, l.UpdateHealth(set, healthOf(set, set[5].ID())))
+	assert.Zero(t, updates, "the same set and health again: no Update")
+	require.NoError(t, l.SetCallers(map[string]int{"a": 1, "b": 1, "c": 1}))
+	assert.Zero(t, updates, "callers change only the shares")
+}

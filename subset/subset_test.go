@@ -53,6 +53,14 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// The subset is a transparent decorator: Start, Close and Unwrap reach
+// the picker inside (balancer's doc, "Decorators").
+func TestConformanceDecorator(t *testing.T) {
+	balancertest.RunDecorator(t, func(inner balancer.Balancer) (balancer.Balancer, error) {
+		return subset.New(inner, subset.Config{})
+	})
+}
+
 func TestNewRefuses(t *testing.T) {
 	var nilRR *rr.Picker
 	tests := []struct {

@@ -157,21 +157,16 @@ func New(client kubernetes.Interface, target balancer.Updater, cfg Config) (*Wat
 	return w, nil
 }
 
-// adminOf returns the first layer of p that is a balancer.Admin, p itself
-// or one found through the decorators' Unwrap (health inside subset), or
-// nil if none is.
-func adminOf(p any) balancer.Admin {
-	for p != nil {
-		if a, ok := p.(balancer.Admin); ok {
-			return a
-		}
-		u, ok := p.(interface{ Unwrap() balancer.Picker })
-		if !ok {
-			return nil
-		}
-		p = u.Unwrap()
+// adminOf returns the first layer of target that is a balancer.Admin,
+// target itself or one found through the decorators' Unwrap (health
+// inside subset) with balancer.As, or nil if none is.
+func adminOf(target balancer.Updater) balancer.Admin {
+	if a, ok := target.(balancer.Admin); ok {
+		return a // an Updater that is no Picker, which As cannot take
 	}
-	return nil
+	p, _ := target.(balancer.Picker)
+	a, _ := balancer.As[balancer.Admin](p)
+	return a
 }
 
 // known drops the error of a Drain or Enable for a backend the admin
