@@ -59,8 +59,12 @@ func LocalityOf(b Backend) Locality {
 // must mean UpdateHealth with every backend healthy.
 type HealthUpdater interface {
 	// UpdateHealth replaces the set with bs, of which healthy[i] tells
-	// whether bs[i] is fit to serve. It validates as Update does, refuses
-	// a healthy slice of another length than bs, and on error keeps the
-	// previous set. It keeps neither slice.
+	// whether bs[i] is fit to serve: a backend marked unhealthy gets no
+	// picks while most of the set is healthy (below that, an
+	// implementation may fall back to all, as locality's levels panic).
+	// It validates as Update does, refuses a healthy slice of another
+	// length than bs, and on error keeps the previous set and health. It
+	// keeps neither slice. balancertest's HealthUpdate check tests these
+	// rules.
 	UpdateHealth(bs []Backend, healthy []bool) error
 }

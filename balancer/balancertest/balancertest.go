@@ -35,6 +35,7 @@ var checks = []check{
 	{"Removed", checkRemoved},
 	{"InvalidUpdate", checkInvalidUpdate},
 	{"Slice", checkSlice},
+	{"HealthUpdate", checkHealthUpdate},
 	{"NewValues", checkNewValues},
 	{"Order", checkOrder},
 	{"Avoid", checkAvoid},
@@ -496,6 +497,105 @@ func checkSlice(newBalancer func() balancer.Balancer) error {
 		}
 	}
 	return nil
+}
+
+// checkHealthUpdate: for a Balancer that is a balancer.HealthUpdater
+// (package locality's is; any other passes at once), a backend marked
+// unhealthy among seven healthy ones is never picked; UpdateHealth keeps
+// neither slice; a refused UpdateHealth (health flags of another length,
+// an invalid set) leaves the previous set and health in place; and Update
+// means every backend healthy.
+func checkHealthUpdate(newBalancer func() balancer.Balancer) error {
+	b := newBalancer()
+	hu, ok := b.(balancer.HealthUpdater)
+	if !ok {
+		return nil
+	}
+	bs := backends("hu", 8, true)
+	all := members(bs)
+	healthy := func(n int) []bool {
+		up := make([]bool, n)
+		for i := range up {
+			up[i] = true
+		}
+		return up
+	}
+	if err := hu.UpdateHealth(slices.Clone(bs), healthy(len(bs))); err != nil {
+		return fmt.Errorf("UpdateHealth of a valid set of %d, all healthy: %w", len(bs), err)
+	}
+	// The backend marked unhealthy is one this Balancer picks when all are
+	// healthy, so that Update's check below can expect it back.
+	held, err := pickIn(b, all, 400, true, false)
+	fb := feedback(b)
+	for _, p := range held {
+		fb.Done(p, balancer.Result{Latency: 1e6})
+	}
+	if err != nil {
+		return fmt.Errorf("all healthy: %w", err)
+	}
+	down := -1
+	for i := range bs {
+		if slices.Contains(held, bs[i]) {
+			down = i
+			break
+		}
+	}
+	if down < 0 {
+		return errors.New("all healthy: 400 picks returned no backend") // pickIn would have failed
+	}
+	want := members(slices.Delete(slices.Clone(bs), down, down+1))
+
+	set, up := slices.Clone(bs), healthy(len(bs))
+	up[down] = false
+	if err := hu.UpdateHealth(set, up); err != nil {
+		return fmt.Errorf("UpdateHealth with %q unhealthy: %w", bs[down].ID(), err)
+	}
+	if _, err := pickIn(b, want, 400, false, true); err != nil {
+		return fmt.Errorf("with %q marked unhealthy, 7 of 8 healthy: %w", bs[down].ID(), err)
+	}
+	// The caller reuses both slices: nothing may change.
+	for i := range up {
+		up[i] = i == down
+		set[i] = balancer.NewEndpoint(fmt.Sprintf("intruder-%d.test:1", i), 1)
+	}
+	if _, err := pickIn(b, want, 400, false, false); err != nil {
+		return fmt.Errorf("after the caller overwrote the slices it passed to UpdateHealth (it must keep neither): %w", err)
+	}
+
+	other := backends("hv", 8, false)
+	refused := []struct {
+		name string
+		set  []balancer.Backend
+		up   []bool
+	}{
+		{"7 health flags for 8 backends", other, healthy(7)},
+		{"9 health flags for 8 backends", other, healthy(9)},
+		{"a duplicate ID", append(slices.Clone(other), balancer.NewEndpoint(other[1].ID(), 1)), healthy(9)},
+	}
+	for _, c := range refused {
+		if err := hu.UpdateHealth(c.set, c.up); err == nil {
+			return fmt.Errorf("UpdateHealth with %s returned nil, want an error", c.name)
+		}
+		if _, err := pickIn(b, want, 200, false, false); err != nil {
+			return fmt.Errorf("after the refused UpdateHealth with %s, the previous set and health must stay: %w", c.name, err)
+		}
+	}
+
+	if err := update(b, slices.Clone(bs)); err != nil {
+		return err
+	}
+	const tries = 4000
+	for i := range tries {
+		got, err := b.Pick(balancer.Request{Key: key(i)})
+		if err := member(got, err, all); err != nil {
+			return fmt.Errorf("after Update: pick %d: %w", i, err)
+		}
+		fb.Done(got, balancer.Result{Latency: 1e6})
+		if got == bs[down] {
+			return nil
+		}
+	}
+	return fmt.Errorf("Update must mean every backend healthy: %q, marked unhealthy before, drew none of %d picks after Update (it drew picks when all were healthy)", bs[down].ID(), tries)
 }
 
 // checkAvoid: a retry that names a backend to avoid gets another one, when

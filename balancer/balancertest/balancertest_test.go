@@ -563,6 +563,129 @@ func TestKitReadsCountsThroughUnwrap(t *testing.T) {
 	assert.Contains(t, err.Error(), "InFlight(")
 }
 
+// hflaw is one way to break healthRef.
+type hflaw int
+
+const (
+	hSound             hflaw = iota
+	hIgnoresHealth           // UpdateHealth hands on every backend, healthy or not
+	hIgnoresLength           // UpdateHealth takes health flags of another length
+	hKeepsFlags              // UpdateHealth keeps the caller's slices and Pick reads them
+	hHalfApplied             // a refused UpdateHealth has already replaced the set
+	hUpdateKeepsHealth       // Update keeps the health each known ID had
+)
+
+// healthRef is a balancer.HealthUpdater over a sound ref: the healthy
+// backends go to the ref, as locality hands each zone's picker its own.
+type healthRef struct {
+	*ref
+	flaw hflaw
+	mu   sync.Mutex      // writers
+	was  map[string]bool // health by ID, for hUpdateKeepsHealth; guarded by mu
+	kept atomic.Pointer[keptSlices]
+	n    atomic.Uint64
+}
+
+// keptSlices are the caller's slices, which hKeepsFlags keeps.
+type keptSlices struct {
+	bs []balancer.Backend
+	up []bool
+}
+
+func newHealthRef(f hflaw) func() balancer.Balancer {
+	inner := newRef(sound)
+	return func() balancer.Balancer { return &healthRef{ref: inner().(*ref), flaw: f} }
+}
+
+func (h *healthRef) UpdateHealth(bs []balancer.Backend, healthy []bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(healthy) != len(bs) && h.flaw != hIgnoresLength {
+		if h.flaw == hHalfApplied {
+			_ = h.ref.Update(bs)
+		}
+		return fmt.Errorf("healthref: %d health flags for %d backends", len(healthy), len(bs))
+	}
+	if err := balancer.Validate(bs); err != nil {
+		return err
+	}
+	var up []balancer.Backend
+	was := map[string]bool{}
+	for i, b := range bs {
+		ok := i >= len(healthy) || healthy[i] || h.flaw == hIgnoresHealth
+		if ok {
+			up = append(up, b)
+		}
+		was[b.ID()] = ok
+	}
+	if err := h.ref.Update(up); err != nil {
+		return err
+	}
+	h.was = was
+	if h.flaw == hKeepsFlags {
+		h.kept.Store(&keptSlices{bs, healthy})
+	}
+	return nil
+}
+
+func (h *healthRef) Update(bs []balancer.Backend) error {
+	up := make([]bool, len(bs))
+	h.mu.Lock()
+	for i, b := range bs {
+		up[i] = true
+		if ok, known := h.was[idOf(b)]; known && h.flaw == hUpdateKeepsHealth {
+			up[i] = ok
+		}
+	}
+	h.mu.Unlock()
+	return h.UpdateHealth(bs, up)
+}
+
+// idOf is b's ID, or "" for nil.
+func idOf(b balancer.Backend) string {
+	if b == nil {
+		return ""
+	}
+	return b.ID()
+}
+
+func (h *healthRef) Pick(req balancer.Request) (balancer.Backend, error) {
+	if k := h.kept.Load(); k != nil {
+		// Round robin over what the caller's slices say now.
+		n := int(h.n.Add(1) % uint64(len(k.bs)))
+		for j := range k.bs {
+			if i := (n + j) % len(k.bs); k.up[i] {
+				return k.bs[i], nil
+			}
+		}
+	}
+	return h.ref.Pick(req)
+}
+
+// A sound HealthUpdater passes the whole kit, and one broken in each way
+// fails the HealthUpdate check; a Balancer that is no HealthUpdater passes
+// it at once (every other test here).
+func TestKitChecksHealthUpdater(t *testing.T) {
+	balancertest.Run(t, newHealthRef(hSound))
+	for _, tt := range []struct {
+		flaw hflaw
+		name string
+		want string // in the error
+	}{
+		{hIgnoresHealth, "picks unhealthy backends", "marked unhealthy, 7 of 8 healthy"},
+		{hIgnoresLength, "takes flags of another length", "returned nil"},
+		{hKeepsFlags, "keeps the caller's slices", "overwrote the slices"},
+		{hHalfApplied, "applies a refused set", "previous set and health must stay"},
+		{hUpdateKeepsHealth, "Update keeps the old health", "Update must mean every backend healthy"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := balancertest.RunCheck("HealthUpdate", newHealthRef(tt.flaw))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
 // failedChecks returns the names of the checks an error from Test reports.
 func failedChecks(err error) []string {
 	var failed []string

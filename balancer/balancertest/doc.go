@@ -55,7 +55,7 @@
 //
 // # Checks
 //
-// The 20 checks, each a subtest of that name:
+// The 21 checks, each a subtest of that name:
 //
 //   - Empty: before any Update, and after an empty one, Pick returns
 //     balancer.ErrNoBackend itself (not a wrapped copy) and a nil backend.
@@ -76,6 +76,14 @@
 //     previous set stays in use.
 //   - Slice: Update neither modifies the caller's slice (no sorting in
 //     place) nor keeps it, at every size.
+//   - HealthUpdate: for a balancer.HealthUpdater (package locality's
+//     Balancer; any other Balancer passes at once), a backend marked
+//     unhealthy while the other seven of eight are healthy is never
+//     picked, first tries and retries; UpdateHealth keeps neither the
+//     caller's set nor its health flags; health flags of another length
+//     than the set, or an invalid set, are refused and leave the previous
+//     set and health in place; and Update means every backend healthy:
+//     the backend marked unhealthy is picked again.
 //   - NewValues: an Update that keeps every ID but brings new Backend
 //     values and new weights takes them: picks return the new values, and
 //     every backend draws the share of picks (within 0.1) that a new
