@@ -2,6 +2,7 @@ package lbhttp
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -152,9 +153,9 @@ func NewReporter(next http.Handler, cfg ReporterConfig) (*Reporter, error) {
 		next:     next,
 		capacity: float64(cfg.Capacity),
 		util:     cfg.Utilization,
-		window:   cmpOr(cfg.Window, DefaultReportWindow),
+		window:   cmp.Or(cfg.Window, DefaultReportWindow),
 		format:   cfg.Format,
-		probe:    cmpOr(cfg.ProbePath, DefaultProbePath),
+		probe:    cmp.Or(cfg.ProbePath, DefaultProbePath),
 		failure:  cfg.Failure,
 		now:      cfg.Now,
 	}
@@ -168,15 +169,6 @@ func NewReporter(next http.Handler, cfg ReporterConfig) (*Reporter, error) {
 	r.born = r.now()
 	r.last, r.curStart = r.born, r.born
 	return r, nil
-}
-
-// cmpOr returns v, or def when v is the zero value.
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // ServeHTTP answers probes on ProbePath and serves everything else
@@ -389,7 +381,7 @@ func NewProber(cfg ProberConfig) (*Prober, error) {
 	if cfg.Path != "" && !strings.HasPrefix(cfg.Path, "/") {
 		return nil, fmt.Errorf("lbhttp: prober: Path %q does not start with /", cfg.Path)
 	}
-	p := &Prober{client: cfg.Client, prefix: cmpOr(cfg.Scheme, "http") + "://", path: cmpOr(cfg.Path, DefaultProbePath)}
+	p := &Prober{client: cfg.Client, prefix: cmp.Or(cfg.Scheme, "http") + "://", path: cmp.Or(cfg.Path, DefaultProbePath)}
 	if p.client == nil {
 		p.client = &http.Client{Transport: NewBase()}
 	}
