@@ -257,9 +257,15 @@ func (r *Reporter) advance(now time.Time) {
 // in flight and the latency estimate that probes get (InFlight, Latency).
 // Rates are over the window, or over the time since NewReporter while
 // that is shorter.
-func (r *Reporter) Load() balancer.Load {
+func (r *Reporter) Load() balancer.Load { return r.load(true) }
+
+// load is Load, or with probe false the report of a response, which
+// leaves InFlight and Latency to probe answers and so skips the copy and
+// sort of the recent latencies.
+func (r *Reporter) load(probe bool) balancer.Load {
 	now := r.now()
 	var lat [latencySamples]time.Duration
+	n := 0
 	r.mu.Lock()
 	r.advance(now)
 	var done, errs int
@@ -271,8 +277,11 @@ func (r *Reporter) Load() balancer.Load {
 	}
 	// The window covers the slots before this one, and this one so far.
 	covered := min(r.window-r.slot+now.Sub(r.curStart), now.Sub(r.born)).Seconds()
-	l := balancer.Load{InFlight: float64(r.inFlight)}
-	n := copy(lat[:], r.lat[:r.latN])
+	var l balancer.Load
+	if probe {
+		l.InFlight = float64(r.inFlight)
+		n = copy(lat[:], r.lat[:r.latN])
+	}
 	r.mu.Unlock()
 
 	if covered > 0 {
@@ -312,9 +321,7 @@ func (w *reportWriter) WriteHeader(code int) {
 	}
 	if code >= 200 || code == http.StatusSwitchingProtocols {
 		w.wrote, w.status = true, code
-		l := w.r.Load()
-		l.InFlight, l.Latency = 0, 0 // probe answers only
-		if l.Reported() {
+		if l := w.r.load(false); l.Reported() {
 			w.Header()[LoadHeader] = []string{string(AppendLoad(nil, l, w.r.format))}
 		}
 	}
