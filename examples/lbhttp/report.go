@@ -98,8 +98,9 @@ type ReporterConfig struct {
 // other means (a hijacked connection writing its own) carries none.
 //
 // A Reporter is safe for concurrent use. Each request takes its mutex
-// twice, briefly, and a report costs a few small allocations; it is meant
-// for backends, not for the proxy's hot path.
+// three times, briefly (as it starts, for its report, as it ends), and a
+// report costs a few small allocations; it is meant for backends, not for
+// the proxy's hot path.
 type Reporter struct {
 	// Immutable after NewReporter.
 	next     http.Handler
