@@ -219,11 +219,7 @@ func (t *Transport) lose(ctx context.Context, ans answer) {
 	}
 	if ans.err == nil && t.usable(ans) {
 		ans.resp.Body.Close()
-		res := balancer.Result{Err: errHedgeLost}
-		if d := time.Since(ans.start); t.attemptTimeout > 0 && d >= t.attemptTimeout {
-			res = balancer.Result{Latency: d, Err: ErrAttemptTimeout}
-		}
-		t.feedback.Done(ans.b, res)
+		t.feedback.Done(ans.b, t.abandoned(time.Since(ans.start), errHedgeLost))
 		ans.g.release()
 		return
 	}

@@ -83,7 +83,8 @@ func loadOf(h http.Header) balancer.Load {
 
 // reportOf is loadOf for a response body to hold until its end: nil when
 // there is no report, so that a response without one costs the attempt no
-// bytes (a Load in place would take its block from 576 to 704 bytes).
+// bytes (a Load in place, 72 bytes, would take every attempt's block from
+// 648 bytes, allocated as 704, to 720, allocated as 768).
 func reportOf(h http.Header) *balancer.Load {
 	l := loadOf(h)
 	if !l.Reported() {

@@ -2,6 +2,7 @@ package lbhttp
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -97,8 +98,9 @@ type ReporterConfig struct {
 // other means (a hijacked connection writing its own) carries none.
 //
 // A Reporter is safe for concurrent use. Each request takes its mutex
-// twice, briefly, and a report costs a few small allocations; it is meant
-// for backends, not for the proxy's hot path.
+// three times, briefly (as it starts, for its report, as it ends), and a
+// report costs a few small allocations; it is meant for backends, not for
+// the proxy's hot path.
 type Reporter struct {
 	// Immutable after NewReporter.
 	next     http.Handler
@@ -152,9 +154,9 @@ func NewReporter(next http.Handler, cfg ReporterConfig) (*Reporter, error) {
 		next:     next,
 		capacity: float64(cfg.Capacity),
 		util:     cfg.Utilization,
-		window:   cmpOr(cfg.Window, DefaultReportWindow),
+		window:   cmp.Or(cfg.Window, DefaultReportWindow),
 		format:   cfg.Format,
-		probe:    cmpOr(cfg.ProbePath, DefaultProbePath),
+		probe:    cmp.Or(cfg.ProbePath, DefaultProbePath),
 		failure:  cfg.Failure,
 		now:      cfg.Now,
 	}
@@ -168,15 +170,6 @@ func NewReporter(next http.Handler, cfg ReporterConfig) (*Reporter, error) {
 	r.born = r.now()
 	r.last, r.curStart = r.born, r.born
 	return r, nil
-}
-
-// cmpOr returns v, or def when v is the zero value.
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // ServeHTTP answers probes on ProbePath and serves everything else
@@ -265,9 +258,15 @@ func (r *Reporter) advance(now time.Time) {
 // in flight and the latency estimate that probes get (InFlight, Latency).
 // Rates are over the window, or over the time since NewReporter while
 // that is shorter.
-func (r *Reporter) Load() balancer.Load {
+func (r *Reporter) Load() balancer.Load { return r.load(true) }
+
+// load is Load, or with probe false the report of a response, which
+// leaves InFlight and Latency to probe answers and so skips the copy and
+// sort of the recent latencies.
+func (r *Reporter) load(probe bool) balancer.Load {
 	now := r.now()
 	var lat [latencySamples]time.Duration
+	n := 0
 	r.mu.Lock()
 	r.advance(now)
 	var done, errs int
@@ -279,8 +278,11 @@ func (r *Reporter) Load() balancer.Load {
 	}
 	// The window covers the slots before this one, and this one so far.
 	covered := min(r.window-r.slot+now.Sub(r.curStart), now.Sub(r.born)).Seconds()
-	l := balancer.Load{InFlight: float64(r.inFlight)}
-	n := copy(lat[:], r.lat[:r.latN])
+	var l balancer.Load
+	if probe {
+		l.InFlight = float64(r.inFlight)
+		n = copy(lat[:], r.lat[:r.latN])
+	}
 	r.mu.Unlock()
 
 	if covered > 0 {
@@ -320,9 +322,7 @@ func (w *reportWriter) WriteHeader(code int) {
 	}
 	if code >= 200 || code == http.StatusSwitchingProtocols {
 		w.wrote, w.status = true, code
-		l := w.r.Load()
-		l.InFlight, l.Latency = 0, 0 // probe answers only
-		if l.Reported() {
+		if l := w.r.load(false); l.Reported() {
 			w.Header()[LoadHeader] = []string{string(AppendLoad(nil, l, w.r.format))}
 		}
 	}
@@ -389,7 +389,7 @@ func NewProber(cfg ProberConfig) (*Prober, error) {
 	if cfg.Path != "" && !strings.HasPrefix(cfg.Path, "/") {
 		return nil, fmt.Errorf("lbhttp: prober: Path %q does not start with /", cfg.Path)
 	}
-	p := &Prober{client: cfg.Client, prefix: cmpOr(cfg.Scheme, "http") + "://", path: cmpOr(cfg.Path, DefaultProbePath)}
+	p := &Prober{client: cfg.Client, prefix: cmp.Or(cfg.Scheme, "http") + "://", path: cmp.Or(cfg.Path, DefaultProbePath)}
 	if p.client == nil {
 		p.client = &http.Client{Transport: NewBase()}
 	}

@@ -806,26 +806,31 @@ func (t *Transport) failure(ctx context.Context, g *guard, err error, d time.Dur
 		switch c := g.cause(); c {
 		case nil:
 		case errHedgeLost:
-			if t.attemptTimeout > 0 && d >= t.attemptTimeout {
-				return balancer.Result{Latency: d, Err: ErrAttemptTimeout}
-			}
-			return balancer.Result{Err: c}
+			return t.abandoned(d, c)
 		default:
 			return balancer.Result{Latency: d, Err: c}
 		}
 	}
-	gaveUp := errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled)
 	switch {
-	case gaveUp && t.attemptTimeout > 0 && d >= t.attemptTimeout:
-		return balancer.Result{Latency: d, Err: ErrAttemptTimeout}
 	case errors.Is(err, context.Canceled):
-		return balancer.Result{Err: err}
-	case gaveUp:
+		return t.abandoned(d, err)
+	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller's cancellation surfaced as another error ("net/http:
 		// request canceled"): still not the backend's fault.
-		return balancer.Result{Err: balancer.ErrAbandoned}
+		return t.abandoned(d, balancer.ErrAbandoned)
 	}
 	return balancer.Result{Latency: d, Err: err}
+}
+
+// abandoned is the Result of an attempt given up on after d, by its
+// caller or by a race it lost: abandoned with err, unless it had waited
+// the attempt timeout or longer, which makes it as slow as a timeout and
+// a failure of its backend with that latency.
+func (t *Transport) abandoned(d time.Duration, err error) balancer.Result {
+	if t.attemptTimeout > 0 && d >= t.attemptTimeout {
+		return balancer.Result{Latency: d, Err: ErrAttemptTimeout}
+	}
+	return balancer.Result{Err: err}
 }
 
 // errClosedEarly marks a response body closed before its end.
