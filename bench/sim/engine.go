@@ -516,7 +516,7 @@ func (e *engine) sendTo(u int32, t *try, ep *endpoint) {
 	s.sent++
 	s.stepSent[e.now/e.step]++
 	e.track(e.users[u].proxy, ep.index)
-	if e.hasWindow && e.now >= e.window[0] && e.now < e.window[1] {
+	if e.span() == 1 {
 		e.sentAfter++
 	}
 	t.backend = ep.index
@@ -717,7 +717,7 @@ func (e *engine) done(us *user, t *try, r balancer.Result) {
 func (e *engine) fail(u int32) {
 	e.errs++
 	e.stepErrs[e.now/e.step]++
-	if e.hasWindow && e.now >= e.window[0] && e.now < e.window[1] {
+	if e.span() == 1 {
 		e.errsAfter++
 	}
 	e.rest(u)
