@@ -378,12 +378,7 @@ func (e *engine) leave(t *try) {
 	s := &e.servers[t.backend]
 	switch t.state {
 	case atServer:
-		s.account(e.now, e.step)
-		s.inflight--
-		s.busy--
-		if s.head < len(s.waiting) && (s.capacity == 0 || s.busy < s.capacity) {
-			e.startNext(s)
-		}
+		e.release(s)
 	case queued:
 		s.account(e.now, e.step)
 		s.inflight--
