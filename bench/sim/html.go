@@ -677,7 +677,8 @@ func (s *Scenario) downs(spans func(*Backend) []Outage) []down {
 	return out
 }
 
-// untilText says when an outage ends: " to 1m30s", or "" for never.
+// untilText says when an outage ends: " to 1m30s", or ", for good" for
+// never.
 func untilText(o Outage) string {
 	if o.Until == 0 {
 		return ", for good"
