@@ -21,8 +21,14 @@ const (
 	// RefuseShare: above it, at light load, the rig's timing error is a
 	// large part of what it measures, and the live figures mean nothing.
 	RefuseShare = 0.5
-	// calibrateFor is how long each calibration run plays.
-	calibrateFor = time.Second
+	// calibrateFor is how long each calibration run plays at least;
+	// calibrateCycles is how many of its users' cycles (think time and
+	// service time, scaled) it plays if that is longer, as at a large
+	// scale, up to calibrateMax (a think time may be hours), and two
+	// service times at least, so that every user is answered.
+	calibrateFor    = time.Second
+	calibrateCycles = 4
+	calibrateMax    = 10 * time.Second
 )
 
 // Overhead is what the rig itself adds to a request on this machine now,
@@ -36,18 +42,23 @@ type Overhead struct {
 	// rate, every request to the fastest backend.
 	Loaded time.Duration
 	// Asked is the request rate the loaded run asked (requests/s of real
-	// time), Served the rate it got.
+	// time): what the simulation of that same run serves, with no rig in
+	// the way, its users' first sends spread over a think time and its
+	// last cycles cut by its end as the live run's are. Served is the rate
+	// the live run got.
 	Asked, Served float64
 }
 
 // Calibrate measures the rig's overhead before a live run of scenarios
-// at scale f: two runs of about a second each, through the real proxy
-// and round robin, to one backend answering in the scenarios' fastest
-// latency (scaled): one with four users who do not think (the timing
-// error), one with the peak users of the scenario that asks the most,
-// thinking its scaled think time (the load an algorithm that sends
-// everything to the fastest backend asks). Arguments are checked as Run
-// checks them.
+// at scale f: two runs, through the real proxy and round robin, to one
+// backend answering in the scenarios' fastest latency (scaled): one with
+// four users who do not think (the timing error), one with the peak users
+// of the scenario that asks the most, thinking its scaled think time (the
+// load an algorithm that sends everything to the fastest backend asks).
+// Each lasts a second, or four of its users' cycles if that is longer
+// (at scale 10 the study's loaded run cycles in 1.5 s), up to 10 s, or
+// two service times if that is longer still. Arguments are checked as
+// Run checks them.
 func Calibrate(ctx context.Context, scenarios []sim.Scenario, f float64) (Overhead, error) {
 	rr, ok := bench.Lookup("rr")
 	if !ok || len(scenarios) == 0 {
@@ -67,36 +78,41 @@ func Calibrate(ctx context.Context, scenarios []sim.Scenario, f float64) (Overhe
 	// The runs play at scale 1 in real time: a backend at the scaled
 	// fastest latency.
 	lat := max(time.Duration(float64(fastest)*f), time.Microsecond)
-	one := func(users int, think time.Duration) (sim.Result, error) {
-		sc := sim.Scenario{
+	scenario := func(users int, think time.Duration) sim.Scenario {
+		length := max(calibrateFor, min(calibrateCycles*(think+lat), calibrateMax), 2*lat)
+		return sim.Scenario{
 			Name:     "calibrate",
 			Backends: []sim.Backend{{Latency: lat}},
 			Users:    users,
-			Stages:   []sim.Stage{{Duration: calibrateFor, Target: users}},
+			Stages:   []sim.Stage{{Duration: length, Target: users}},
 			Think:    think,
 		}
-		return Play(ctx, sc, sim.None, rr, 1, Options{Scale: 1})
 	}
-	light, err := one(4, 0)
+	lightSc := scenario(4, 0)
+	light, err := Play(ctx, lightSc, sim.None, rr, 1, Options{Scale: 1})
 	if err != nil {
 		return Overhead{}, err
 	}
-	think := time.Duration(float64(busiest.Think) * f)
-	loaded, err := one(busiest.PeakUsers(), think)
+	loadedSc := scenario(busiest.PeakUsers(), time.Duration(float64(busiest.Think)*f))
+	loaded, err := Play(ctx, loadedSc, sim.None, rr, 1, Options{Scale: 1})
+	if err != nil {
+		return Overhead{}, err
+	}
+	asked, err := sim.Simulate(loadedSc, sim.None, rr, 1, 1)
 	if err != nil {
 		return Overhead{}, err
 	}
 	o := Overhead{
 		Light:  max(light.Mean-lat, 0),
 		Loaded: max(loaded.Mean-lat, 0),
-		Asked:  float64(busiest.PeakUsers()) / (think + lat).Seconds(),
+		Asked:  asked.RPS,
 		Served: loaded.RPS,
 	}
 	if light.Requests == 0 {
-		o.Light = calibrateFor // nothing came back in a second
+		o.Light = lightSc.Length() // nothing came back
 	}
 	if loaded.Requests == 0 {
-		o.Loaded = calibrateFor
+		o.Loaded = loadedSc.Length()
 	}
 	return o, nil
 }

@@ -21,7 +21,7 @@
 //	rep.WriteText(os.Stdout)
 //	sim.Comparison{Sim: simRep, Live: rep}.WriteText(os.Stdout)
 //
-// lbsim -live measures the rig first (Calibrate, two seconds), refuses a
+// lbsim -live measures the rig first (Calibrate, two seconds or more), refuses a
 // scale at which the rig's own overhead is a large part of what it would
 // measure, and warns when the live figures cannot be taken for the
 // backends' (see "Can the live figures be trusted?"). It also raises GOGC
@@ -37,7 +37,10 @@
 // real proxy (the rig's timing error: late timers, the proxy's path,
 // loopback), then about a second at the peak load the scenarios ask (the
 // busiest scenario's users, its scaled think time, every request to that
-// backend, as lrt-naive sends them). Overhead.Trust then refuses the
+// backend, as lrt-naive sends them); each run lasts four of its users'
+// cycles when that is longer (up to 10 s), and what the loaded one served is set
+// beside what the simulation of the same run serves, so that its start
+// and end weigh on both (TestCalibrateLargeScale). Overhead.Trust then refuses the
 // scale, before anything is simulated, when the light-load overhead is
 // above RefuseShare (half) of the fastest backend's scaled latency, and
 // warns, on stderr and in the live report's source line, when the rig

@@ -314,6 +314,26 @@ func TestQueue(t *testing.T) {
 	assert.GreaterOrEqual(t, b.PeakInFlight, 4)
 }
 
+// At a large scale a cycle of the loaded calibration run outlasts a
+// second (steady's at scale 5: 0.75 s): a second's run then serves three
+// quarters of the peak rate whatever the rig does, and lbsim warned that
+// the rig fell short at every scale above 4. Calibrate plays four cycles
+// and sets what the rig served beside what the simulation of that same
+// run serves: a rig that keeps up (20 users asking 27 requests/s) reads
+// as one.
+func TestCalibrateLargeScale(t *testing.T) {
+	sc := scenario(t, "steady").ScaleUsers(20)
+	const scale = 5
+	o, err := live.Calibrate(context.Background(), []sim.Scenario{sc}, scale)
+	require.NoError(t, err)
+	t.Log(o)
+	assert.Positive(t, o.Asked)
+	assert.GreaterOrEqual(t, o.Served, 0.9*o.Asked, "the rig serves what the run asks")
+	warning, err := o.Trust(scale, live.Fastest([]sim.Scenario{sc}))
+	require.NoError(t, err)
+	assert.NotContains(t, warning, "the rig served")
+}
+
 // Run plays in sim.Run's order and shape, reports progress, and when its
 // context ends it stops at once and leaves nothing running.
 func TestRun(t *testing.T) {

@@ -298,8 +298,9 @@
 //
 // # The model
 //
-// What is simulated. Discrete events in virtual time, in a binary heap
-// ordered by time and then by scheduling order, so that a run is
+// What is simulated. Discrete events in virtual time, played in order of
+// time and then of scheduling (a binary heap, and FIFO lanes for the
+// events a constant delay ahead: see "Cost"), so that a run is
 // deterministic. Closed-loop users: each sends a request, waits for the
 // outcome, thinks for the think time, and sends again; each has its own
 // client address (10.1.0.1, 10.1.0.2, ...), which is the request key,

@@ -516,7 +516,7 @@ func (e *engine) sendTo(u int32, t *try, ep *endpoint) {
 	s.sent++
 	s.stepSent[e.now/e.step]++
 	e.track(e.users[u].proxy, ep.index)
-	if e.hasWindow && e.now >= e.window[0] && e.now < e.window[1] {
+	if e.span() == 1 {
 		e.sentAfter++
 	}
 	t.backend = ep.index
@@ -539,7 +539,7 @@ func (e *engine) sendTo(u int32, t *try, ep *endpoint) {
 	if k := e.now / e.step; k < int64(len(s.stepPeak)) {
 		s.stepPeak[k] = max(s.stepPeak[k], int32(s.inflight))
 	}
-	if s.capacity == 0 || s.busy < s.capacity {
+	if s.hasSlot() {
 		t.state = atServer
 		s.busy++
 		e.q.pushLane(s.lane, e.now+e.serviceTime(s), evFinish, u, t.token)
@@ -566,12 +566,7 @@ func (e *engine) finish(u int32, token uint32) {
 		s.held = append(s.held, ticket{u, token})
 		return
 	}
-	s.account(e.now, e.step)
-	s.inflight--
-	s.busy--
-	if s.head < len(s.waiting) && (s.capacity == 0 || s.busy < s.capacity) {
-		e.startNext(s)
-	}
+	e.release(s)
 	// The answer carries the backend's report, and joins the backend's
 	// figures (its latency estimate, its rate) once it has left.
 	var load balancer.Load
@@ -612,6 +607,21 @@ func (e *engine) answer(u int32, t *try, load balancer.Load) {
 		}
 	}
 	e.rest(u)
+}
+
+// hasSlot reports whether s can start serving one more request now.
+func (s *server) hasSlot() bool { return s.capacity == 0 || s.busy < s.capacity }
+
+// release frees the slot of a request s served, which has been answered
+// or has left, and starts the first one queued if a slot is free then (a
+// neighbour may have taken it).
+func (e *engine) release(s *server) {
+	s.account(e.now, e.step)
+	s.inflight--
+	s.busy--
+	if s.head < len(s.waiting) && s.hasSlot() {
+		e.startNext(s)
+	}
 }
 
 // startNext starts serving the first request queued at s that is still
@@ -717,7 +727,7 @@ func (e *engine) done(us *user, t *try, r balancer.Result) {
 func (e *engine) fail(u int32) {
 	e.errs++
 	e.stepErrs[e.now/e.step]++
-	if e.hasWindow && e.now >= e.window[0] && e.now < e.window[1] {
+	if e.span() == 1 {
 		e.errsAfter++
 	}
 	e.rest(u)

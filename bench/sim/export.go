@@ -162,6 +162,7 @@ type (
 	}
 )
 
+// millis returns d in milliseconds.
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // finite returns a pointer to v, or nil (JSON null) for NaN and ±Inf,

@@ -328,8 +328,9 @@ func (e *engine) carriedAt(u int32, t *try) int {
 	return int(u)
 }
 
-// span returns the span the attempt sent now counts in: 0 before the
-// first outage (or all the run without one), 1 during it, −1 after.
+// span returns the span now falls in, which an attempt sent or a request
+// ended now counts in: 0 before the first outage (or all the run without
+// one), 1 during it, −1 after.
 func (e *engine) span() int {
 	switch {
 	case !e.hasWindow || e.now < e.window[0]:

@@ -358,7 +358,7 @@ func (sr *ScenarioReport) table() *table {
 
 // ms formats d in milliseconds with one decimal.
 func ms(d time.Duration) string {
-	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64)
+	return strconv.FormatFloat(millis(d), 'f', 1, 64)
 }
 
 func plural(n int, one, many string) string {

@@ -6,6 +6,7 @@ import (
 	"html"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -250,7 +251,7 @@ func (sr *ScenarioReport) writeBars(w *bufio.Writer, v Verdict) {
 				y += barRowH
 			}
 			val, ok := m.Value(r)
-			leader := r.Variant == v.Variant && contains(lead.Algorithms, r.Algorithm)
+			leader := r.Variant == v.Variant && slices.Contains(lead.Algorithms, r.Algorithm)
 			colour := barColour
 			if leader {
 				colour = leaderColour
@@ -279,16 +280,6 @@ func (sr *ScenarioReport) writeBars(w *bufio.Writer, v Verdict) {
 	} else {
 		w.WriteString("<p class=\"note\">★ leads (within 1%); all rows share each scale.</p>\n")
 	}
-}
-
-// contains reports whether ss holds s.
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // rowName names a result: "lrt", or "active+passive / lrt".
@@ -686,7 +677,8 @@ func (s *Scenario) downs(spans func(*Backend) []Outage) []down {
 	return out
 }
 
-// untilText says when an outage ends: " to 1m30s", or "" for never.
+// untilText says when an outage ends: " to 1m30s", or ", for good" for
+// never.
 func untilText(o Outage) string {
 	if o.Until == 0 {
 		return ", for good"

@@ -244,7 +244,7 @@ func (e *engine) setCapacity(i int32, c int) {
 	s := &e.servers[i]
 	s.account(e.now, e.step)
 	s.capacity = c
-	for s.alive && s.busy < s.capacity && s.head < len(s.waiting) {
+	for s.alive && s.hasSlot() && s.head < len(s.waiting) {
 		e.startNext(s)
 	}
 }

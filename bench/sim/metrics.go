@@ -3,7 +3,6 @@ package sim
 import (
 	"math"
 	"strconv"
-	"time"
 )
 
 // Better says which way a figure is better.
@@ -84,7 +83,6 @@ type Figure struct {
 // first outage; then the counts the tables leave out. Per-backend
 // figures (share, in flight) are columns of their own.
 func Metrics() []Metric {
-	millis := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	always := func(f func(*Result) float64) func(*Result) (float64, bool) {
 		return func(r *Result) (float64, bool) { return f(r), true }
 	}

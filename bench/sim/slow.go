@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lbkit/lbkit/balancer"
@@ -70,22 +71,14 @@ func SlowScenarios(bs []Backend) []Scenario {
 		edit(s.Backends)
 		return s
 	}
-	has := func(bs []Backend, f func(*Backend) bool) bool {
-		for i := range bs {
-			if f(&bs[i]) {
-				return true
-			}
-		}
-		return false
-	}
 	return []Scenario{
 		mk("stall", []Variant{ready, defaults, ready | Timeout | Hedge, defaults | Hedge}, defaults, ready, func(bs []Backend) {
-			if !has(bs, func(b *Backend) bool { return len(b.Stalls) > 0 }) && len(bs) > 0 {
+			if !slices.ContainsFunc(bs, func(b Backend) bool { return len(b.Stalls) > 0 }) && len(bs) > 0 {
 				bs[0].Stalls = []Outage{{At: DefaultKillAt}}
 			}
 		}),
 		mk("storm", []Variant{None, ready, defaults}, defaults, ready, func(bs []Backend) {
-			if has(bs, func(b *Backend) bool { return len(b.Unavailable) > 0 }) {
+			if slices.ContainsFunc(bs, func(b Backend) bool { return len(b.Unavailable) > 0 }) {
 				return
 			}
 			for i := range bs {
@@ -154,7 +147,7 @@ func SlowFigures(sc *Scenario, maxWait, p999 time.Duration, sentDuring, endedDur
 		case maxWaitName:
 			out = append(out, Figure{m.Name, maxWait.Seconds()})
 		case p999Name:
-			out = append(out, Figure{m.Name, float64(p999) / float64(time.Millisecond)})
+			out = append(out, Figure{m.Name, millis(p999)})
 		}
 	}
 	return out
@@ -385,12 +378,7 @@ func (e *engine) leave(t *try) {
 	s := &e.servers[t.backend]
 	switch t.state {
 	case atServer:
-		s.account(e.now, e.step)
-		s.inflight--
-		s.busy--
-		if s.head < len(s.waiting) && (s.capacity == 0 || s.busy < s.capacity) {
-			e.startNext(s)
-		}
+		e.release(s)
 	case queued:
 		s.account(e.now, e.step)
 		s.inflight--

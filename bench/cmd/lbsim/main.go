@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.live {
 		// Measure the rig before anything else, and refuse a scale at
 		// which it cannot measure.
-		fmt.Fprintf(stderr, "lbsim: live: measuring the rig's own overhead at scale %v (2 s)\n", cfg.scale)
+		fmt.Fprintf(stderr, "lbsim: live: measuring the rig's own overhead at scale %v (2 s or more)\n", cfg.scale)
 		o, err := live.Calibrate(ctx, cfg.scenarios, cfg.scale)
 		if err != nil {
 			return failed(ctx, stderr, "live: ", err)
