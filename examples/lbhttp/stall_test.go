@@ -3,9 +3,11 @@ package lbhttp_test
 import (
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,6 +96,33 @@ func (w *watched) Pick(r balancer.Request) (balancer.Backend, error) {
 	return b, err
 }
 
+// proxyLog keeps what a ReverseProxy logs, for a failure to show.
+type proxyLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *proxyLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, time.Now().Format("15:04:05.000 ")+strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// others returns the lines that are not the idle timeouts the stalled
+// backend's bodies end with.
+func (l *proxyLog) others() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if !strings.Contains(line, lbhttp.ErrIdleTimeout.Error()) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
 // call is one client request of the stall test.
 type call struct {
 	start time.Time
@@ -156,7 +185,15 @@ func TestStall(t *testing.T) {
 				require.NoError(t, h.Start(t.Context()))
 				t.Cleanup(func() { _ = h.Close() })
 				require.NoError(t, h.Update(set))
-				proxy := startProxy(t, w, lbhttp.Config{AttemptTimeout: timeout, IdleTimeout: timeout, ErrorLog: quietLog()})
+				rp, err := lbhttp.NewProxy(w, lbhttp.Config{AttemptTimeout: timeout, IdleTimeout: timeout, ErrorLog: quietLog()})
+				require.NoError(t, err)
+				plog := &proxyLog{}
+				rp.ErrorLog = log.New(plog, "", 0) // the stalled bodies' idle timeouts, and anything else
+				proxy := httptest.NewServer(rp)
+				t.Cleanup(func() {
+					proxy.Close()
+					rp.Transport.(*lbhttp.Transport).CloseIdleConnections()
+				})
 
 				var mu sync.Mutex
 				var calls []call
@@ -212,7 +249,7 @@ func TestStall(t *testing.T) {
 						before++
 					default:
 						after++
-						t.Errorf("a request started %v after the ejection failed: %v", cl.start.Sub(*at), cl.err)
+						t.Errorf("a request started %v after the ejection failed: %v; what else the ReverseProxy logged: %q", cl.start.Sub(*at), cl.err, plog.others())
 					}
 				}
 				late := w.late.Load()
