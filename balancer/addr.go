@@ -22,11 +22,14 @@ import (
 // [::ffff:10.0.0.1] reaches 10.0.0.1), an IPv6 zone kept as given. Any
 // other host is a name, lower-cased (DNS names are case-insensitive, RFC
 // 4343); a trailing dot is kept, since with a resolver's search list
-// "api" and "api." can be two hosts. A name whose last label is all digits
-// ("127.0.0.01", "2130706433", "0x7f.0.0.1", "127.1") is refused: no DNS
-// name ends so (RFC 3696 section 2), and the C resolver reads such hosts
-// as IPv4 addresses in octal, hexadecimal or fewer than four parts, so each
-// would be an alias that only some processes see. Two names for one
+// "api" and "api." can be two hosts. A name whose last label is a number
+// as inet_aton reads one, all digits or 0x and hexadecimal digits
+// ("127.0.0.01", "2130706433", "0x7f.0.0.1", "127.1", "0x7f000001",
+// "127.0.0.0x1"), is refused, not rewritten: no DNS name ends so (RFC
+// 3696 section 2), and the C resolver (getaddrinfo, inet_aton) reads such
+// hosts as IPv4 addresses in octal, hexadecimal or fewer than four parts
+// while Go's resolver looks them up as names, so each would be an alias
+// that only some processes see. Two names for one
 // server ("localhost" and "127.0.0.1") cannot be told apart without a
 // lookup, and are not.
 //
@@ -51,7 +54,7 @@ func CanonicalAddr(addr string) (string, error) {
 	if strings.Contains(host, ":") {
 		return "", fmt.Errorf("%w %q: host %q is not an IPv6 address", ErrBadAddr, addr, host)
 	}
-	if name := strings.TrimSuffix(host, "."); allDigits(name[strings.LastIndexByte(name, '.')+1:]) {
+	if name := strings.TrimSuffix(host, "."); numeric(name[strings.LastIndexByte(name, '.')+1:]) {
 		return "", fmt.Errorf("%w %q: host %q is neither an IPv4 address (four decimal numbers from 0 to 255, without leading zeros) nor a name", ErrBadAddr, addr, host)
 	}
 	return net.JoinHostPort(lowerASCII(host), strconv.FormatUint(p, 10)), nil
@@ -86,6 +89,20 @@ func CanonicalAddrs(addrs []string) ([]string, error) {
 		ids[i] = id
 	}
 	return ids, nil
+}
+
+// numeric reports whether s is a number as inet_aton reads one: decimal
+// or octal digits, or 0x (or 0X) and hexadecimal digits, none included.
+func numeric(s string) bool {
+	if len(s) >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
+		for i := 2; i < len(s); i++ {
+			if c := s[i] | 0x20; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+		return true
+	}
+	return allDigits(s)
 }
 
 // allDigits reports whether s is not empty and holds only ASCII digits.

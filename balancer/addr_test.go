@@ -32,6 +32,8 @@ func TestCanonicalAddr(t *testing.T) {
 		{"localhost:65535", "localhost:65535"},
 		{"x-1.example:80", "x-1.example:80"},
 		{"1a.example:80", "1a.example:80"},
+		{"0x.example:80", "0x.example:80"},
+		{"api.0xg:80", "api.0xg:80"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -67,6 +69,13 @@ func TestCanonicalAddrErrors(t *testing.T) {
 		{"127.1:80", `host "127.1" is neither an IPv4 address`},
 		{"127.0.0.1.:80", `host "127.0.0.1." is neither an IPv4 address`},
 		{"256.0.0.1:80", `host "256.0.0.1" is neither an IPv4 address`},
+		// Hexadecimal, which the C resolver reads too: one number, or a last part.
+		{"0x7f000001:80", `host "0x7f000001" is neither an IPv4 address`},
+		{"0X7F000001:80", `host "0X7F000001" is neither an IPv4 address`},
+		{"127.0.0.0x1:80", `host "127.0.0.0x1" is neither an IPv4 address`},
+		{"127.0x1:80", `host "127.0x1" is neither an IPv4 address`},
+		{"0x7f.1.:80", `host "0x7f.1." is neither an IPv4 address`},
+		{"127.0.0.0x:80", `host "127.0.0.0x" is neither an IPv4 address`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -108,6 +117,8 @@ func TestCanonicalAddrs(t *testing.T) {
 			`balancer: duplicate backend ID: "127.0.0.1:80" at position 0 and "127.0.0.1:080" at position 2 are both 127.0.0.1:80`},
 		{"IPv6 alias", []string{"[::1]:80", "[0:0::1]:80"}, balancer.ErrDuplicateID,
 			`balancer: duplicate backend ID: "[::1]:80" at position 0 and "[0:0::1]:80" at position 1 are both [::1]:80`},
+		{"hexadecimal alias", []string{"127.0.0.1:80", "0x7f000001:80"}, balancer.ErrBadAddr,
+			`balancer: bad address "0x7f000001:80": host "0x7f000001" is neither an IPv4 address (four decimal numbers from 0 to 255, without leading zeros) nor a name (at position 1)`},
 		{"mapped alias", []string{"[::ffff:127.0.0.1]:80", "127.0.0.1:80"}, balancer.ErrDuplicateID,
 			`balancer: duplicate backend ID: "[::ffff:127.0.0.1]:80" at position 0 and "127.0.0.1:80" at position 1 are both 127.0.0.1:80`},
 		{"name alias", []string{"Api:80", "api:80"}, balancer.ErrDuplicateID,

@@ -4,7 +4,8 @@ package balancer
 // backend out by hand: health.Balancer. In a stack of decorators it is
 // found through their Unwrap (subset's returns the picker inside), as
 // examples/kubernetes finds it to drain terminating pods. Each method
-// returns an error for an ID the picker does not know.
+// returns an error wrapping ErrUnknownBackend for an ID the picker does
+// not know.
 type Admin interface {
 	// Drain stops new requests to the backend; those in flight finish.
 	Drain(id string) error

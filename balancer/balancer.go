@@ -37,6 +37,9 @@ var (
 	// ErrBadLoad reports a load report (see Load) that does not parse or
 	// holds a value out of range.
 	ErrBadLoad = errors.New("balancer: bad load report")
+	// ErrUnknownBackend reports an ID given to an Admin method (Drain,
+	// Maintenance, Enable) that is not in the picker's current set.
+	ErrUnknownBackend = errors.New("balancer: unknown backend")
 )
 
 // MaxWeight is the largest weight Validate accepts. The bound keeps sums of
@@ -95,6 +98,20 @@ type Request struct {
 	// when the set holds one; with a single backend it returns that one, and
 	// the caller decides whether to send.
 	Avoid string
+
+	// Route, when not empty, names the set of backends the request asks
+	// for, by the value of a label ("canary", "v2"): package route sends
+	// it to the backends whose label has that value, and falls back by its
+	// policy when there are none. Pickers other than route ignore it.
+	Route string
+
+	// Prefer, when not empty, is the ID of a backend the request would
+	// rather go to: the one its session is pinned to (lbhttp's sticky
+	// cookie). Package sticky returns that backend when it is in its set,
+	// which health keeps to the eligible ones, and otherwise picks as if
+	// Prefer were empty. Pickers other than sticky ignore it; a retry
+	// leaves it empty, so that it moves on.
+	Prefer string
 }
 
 // Result is what the caller learned from one request to a picked backend.

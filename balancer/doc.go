@@ -39,6 +39,9 @@
 //     set Attempt to 1, 2, ... and Avoid to the ID of the backend that just
 //     failed: every picker then returns another backend when the set has
 //     one, and the hash pickers the same one in every process.
+//     Request.Route names a set of backends by label (package route) and
+//     Request.Prefer the ID of the backend a session is pinned to
+//     (package sticky); every other picker ignores both.
 //   - Say how it went: Result{Latency: d} for a success; Result{Latency: d,
 //     Err: err} for a failure (a transport error as it came, or wrapped with
 //     %w; a timeout; a 5xx you count as one); Result{Err: [ErrAbandoned]}, or
@@ -46,7 +49,7 @@
 //     on: no latency sample, and not a failure. Result{} means nothing was
 //     measured, also not a failure. See [Result] for each case.
 //
-// Package github.com/lbkit/lbkit/examples/lbhttp does all of this for
+// Package github.com/lbkit/lbkit/lbhttp does all of this for
 // net/http: a reverse proxy or an http.Client transport that calls Done when
 // the body ends, retries with Attempt and Avoid, and takes the key from the
 // client address, a header or a cookie. Wrap the picker in
@@ -63,15 +66,24 @@
 // allocation; named metrics sit behind Load.Named, valid during that Done
 // only, for the pickers that ask for one by name. The zero Load is no
 // report. lbhttp's Transport and the gRPC policy in examples/grpc fill it
-// in; pickers that do not weigh reports ignore it. Pickers that do: wrr's
-// Reported (weights from reports, gRFC A58) and leastconn's WithReports
-// (two choices on reported utilisation); lrt/prequal takes its answers
-// from probes rather than from Results.
+// in, both by one rule, [LoadBuilder]'s: a report is taken whole or not
+// at all, so that one value out of range (a negative, NaN or infinite
+// one, a mem_utilization above 1) or more than [MaxNamedMetrics] named
+// metrics gives the zero Load on either path, never a report with a
+// field dropped or clamped. Pickers that do not weigh reports ignore it.
+// Pickers that do: wrr's Reported (weights from reports, gRFC A58) and
+// leastconn's WithReports (two choices on reported utilisation);
+// lrt/prequal takes its answers from probes rather than from Results.
 //
 // # Backends
 //
 // A [Backend] is one upstream with a stable, unique ID and, optionally, a
-// weight ([Weighter]). [Endpoint] is a ready implementation: [NewEndpoint],
+// weight ([Weighter]) and a hash key ([HashKeyer]): the key a hash picker
+// places it by instead of its ID, so that a backend whose address changes
+// keeps its keys (Envoy's "envoy.lb" hash_key, gRFC A76); read once per
+// Update with [HashKeys], which refuses two backends of one placement key
+// with an error wrapping [ErrDuplicateHashKey]. The ID stays what Done,
+// Avoid and per-backend state go by. [Endpoint] is a ready implementation: [NewEndpoint],
 // [Endpoints] for addresses of weight 1, [WeightedEndpoints] for address and
 // weight pairs. Its methods are safe on a nil *Endpoint, which has the empty
 // ID: passed to Done it is an unknown backend, and Update refuses it.
@@ -133,7 +145,14 @@
 //     picker, if that has a Close. A decorator without work of its own
 //     still has both, to pass them on, and around a picker without them
 //     both succeed. Start and Close the outermost layer, never an inner
-//     one.
+//     one. [StartInner] and [CloseInner] are that pass-through.
+//   - A second Start returns an error wrapping [ErrStarted], and Start
+//     after Close one wrapping [ErrClosed], from whichever layer notices:
+//     a decorator passes the inner layer's error on, wrapped or as it is,
+//     so that errors.Is tells them through any stack. [Lifecycle] is the
+//     start-once, close-once life that keeps these rules for a type with
+//     one goroutine of background work (wrr's Reported, lrt/prequal,
+//     lbhttp's Refresher, lbkube's Watcher use it).
 //   - It has Unwrap ([Unwrapper]), which returns the picker inside. [As]
 //     walks the stack by Unwrap and finds a layer by its type, so that
 //     admin methods of an inner layer (health's Drain, Maintenance, Enable,
@@ -186,12 +205,39 @@
 // operator takes a backend out by hand (health's Drain, Maintenance and
 // Enable).
 //
+// # Options
+//
+// Algorithms take functional options (rr.New(rr.WithRand(f))), decorators
+// and wiring a Config struct whose zero fields mean the defaults. A value
+// an option or a field does not take (a negative duration, a count of
+// zero, a factor out of range, a nil function) is never clamped to the
+// nearest one nor ignored for the default: the caller learns of it, with
+// an error wrapping [ErrBadOption] that names the option and the value
+// ([BadOption] makes it).
+//
+//   - A constructor that returns an error (health.New, subset.New,
+//     locality.New, lbhttp.NewTransport, lbhttp.NewRefresher, ...) returns
+//     it there.
+//   - A constructor that cannot (rr.New(opts...), and every algorithm's)
+//     keeps the first bad option's error, and every Update returns it
+//     while the picker keeps its empty set: Pick says [ErrNoBackend], so a
+//     service started with a bad option serves nothing rather than
+//     something other than what it asked for, and its first Update says
+//     why.
+//
+// The same name means the same thing everywhere: WithReportExpiry is how
+// long a backend's report counts, in wrr's Reported, in leastconn's
+// WithReports and in lrt/prequal (a probe answer); WithRand and WithClock
+// are the random source and the clock.
+//
 // # Errors
 //
 // Pick returns [ErrNoBackend] itself when the set is empty. Update errors
 // wrap [ErrNilBackend], [ErrEmptyID], [ErrDuplicateID], [ErrBadWeight] or
-// [ErrBadLocality]; pickers that parse keys wrap [ErrBadKey]; parsers of
-// load reports wrap [ErrBadLoad]; [CanonicalAddr] wraps [ErrBadAddr]. Test
+// [ErrBadLocality], and a hash picker's [ErrDuplicateHashKey]; pickers that parse keys wrap [ErrBadKey]; parsers of
+// load reports wrap [ErrBadLoad]; [CanonicalAddr] wraps [ErrBadAddr]; a
+// bad option or configuration value wraps [ErrBadOption]; a second Start
+// wraps [ErrStarted], Start after Close [ErrClosed]. Test
 // with errors.Is. Error strings start with the package that made them. No
 // picker returns [ErrAbandoned]: callers pass it to Done.
 //

@@ -1,5 +1,7 @@
 package balancer
 
+import "maps"
+
 // Endpoint is a ready-made Backend: a network address, which is also its ID,
 // a weight and a locality (zone and priority, for package locality). Use it
 // when the address is all a picker needs to carry; wrap your own type (a
@@ -10,12 +12,16 @@ type Endpoint struct {
 	addr   string
 	weight int
 	loc    Locality
+	labels map[string]string
+	key    string
 }
 
 var (
-	_ Backend  = (*Endpoint)(nil)
-	_ Weighter = (*Endpoint)(nil)
-	_ Locator  = (*Endpoint)(nil)
+	_ Backend   = (*Endpoint)(nil)
+	_ Weighter  = (*Endpoint)(nil)
+	_ Locator   = (*Endpoint)(nil)
+	_ Labeler   = (*Endpoint)(nil)
+	_ HashKeyer = (*Endpoint)(nil)
 )
 
 // NewEndpoint returns an Endpoint for addr with the given weight. The weight
@@ -72,6 +78,34 @@ func (e *Endpoint) At(l Locality) *Endpoint {
 	return &c
 }
 
+// WithLabels returns a copy of e carrying a copy of labels: its metadata,
+// such as {"version": "v2"}, which package route reads to send requests to
+// the backends that match.
+//
+//	b := balancer.NewEndpoint("10.0.0.9:8080", 5).WithLabels(map[string]string{"track": "canary"})
+func (e *Endpoint) WithLabels(labels map[string]string) *Endpoint {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	c.labels = maps.Clone(labels)
+	return &c
+}
+
+// WithHashKey returns a copy of e placed by key on a hash picker's ring or
+// table instead of by its address (see HashKeyer): a backend that changes
+// address keeps its keys while its hash key stays. "" means the address.
+//
+//	b := balancer.NewEndpoint("10.0.0.9:6379", 1).WithHashKey("cache-2")
+func (e *Endpoint) WithHashKey(key string) *Endpoint {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	c.key = key
+	return &c
+}
+
 // The methods below are safe on a nil *Endpoint, which has the empty ID and
 // weight 0: a nil Endpoint passed to Done is then an unknown backend, not a
 // panic, and Validate refuses it in a set.
@@ -101,6 +135,23 @@ func (e *Endpoint) Locality() Locality {
 		return Locality{}
 	}
 	return e.loc
+}
+
+// Labels returns the labels given to WithLabels, or nil. The map is the
+// Endpoint's own: read it, do not modify it.
+func (e *Endpoint) Labels() map[string]string {
+	if e == nil {
+		return nil
+	}
+	return e.labels
+}
+
+// HashKey returns the key given to WithHashKey, or "".
+func (e *Endpoint) HashKey() string {
+	if e == nil {
+		return ""
+	}
+	return e.key
 }
 
 // String returns the address.

@@ -11,11 +11,15 @@ import (
 
 // leastLoaded is a picker written outside lbkit with lbkit's ground floor: a
 // copy-on-write snapshot, per-backend state carried by ID, and in-flight
-// counting. (It scans every backend; see package leastconn for the real one.)
+// counting. Ties go round: each Pick starts its scan one backend further,
+// so that a caller whose requests finish before the next one starts does
+// not send all of them to the first backend of the slice. (It scans every
+// backend; see package leastconn for the real one.)
 type leastLoaded struct {
 	mu   sync.Mutex // writers only
 	reg  balancer.Registry[balancer.InFlight]
 	snap atomic.Pointer[loadSnap]
+	next atomic.Uint64 // where the next scan starts
 }
 
 type loadSnap struct {
@@ -42,9 +46,12 @@ func (p *leastLoaded) Pick(req balancer.Request) (balancer.Backend, error) {
 	if s == nil || s.set.Len() == 0 {
 		return nil, balancer.ErrNoBackend
 	}
+	n := s.set.Len()
+	start := int((p.next.Add(1) - 1) % uint64(n))
 	best := -1
-	for i, id := range s.set.IDs {
-		if id == req.Avoid && s.set.Len() > 1 {
+	for j := range n {
+		i := (start + j) % n
+		if s.set.IDs[i] == req.Avoid && n > 1 {
 			continue
 		}
 		if best < 0 || s.states.At(i).Load() < s.states.At(best).Load() {
@@ -71,17 +78,20 @@ func Example() {
 	x, _ := p.Pick(balancer.Request{}) // a: 1 in flight
 	y, _ := p.Pick(balancer.Request{}) // b: 1 in flight
 	p.Done(x, balancer.Result{})       // a: 0 in flight
-	z, _ := p.Pick(balancer.Request{}) // a and c tie at 0; the scan takes a
+	z, _ := p.Pick(balancer.Request{}) // a and c tie at 0; the scan starts at c
+	p.Done(z, balancer.Result{})       // c: 0 in flight
 	fmt.Println(x.ID(), y.ID(), z.ID())
 
-	// b leaves and comes back: its in-flight count is carried by ID.
+	// b leaves and comes back: its in-flight count is carried by ID, so
+	// the next two Picks go to a and c, not to b.
 	_ = p.Update(balancer.Endpoints("a:80", "c:80"))
 	_ = p.Update(balancer.Endpoints("a:80", "b:80", "c:80"))
-	w, _ := p.Pick(balancer.Request{})
-	fmt.Println(w.ID())
+	v, _ := p.Pick(balancer.Request{}) // the scan starts at a
+	w, _ := p.Pick(balancer.Request{}) // at b, which has 1 in flight: c
+	fmt.Println(v.ID(), w.ID())
 	// Output:
-	// a:80 b:80 a:80
-	// c:80
+	// a:80 b:80 c:80
+	// a:80 c:80
 }
 
 func ExampleValidate() {

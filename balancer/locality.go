@@ -59,12 +59,36 @@ func LocalityOf(b Backend) Locality {
 // must mean UpdateHealth with every backend healthy.
 type HealthUpdater interface {
 	// UpdateHealth replaces the set with bs, of which healthy[i] tells
-	// whether bs[i] is fit to serve: a backend marked unhealthy gets no
-	// picks while most of the set is healthy (below that, an
-	// implementation may fall back to all, as locality's levels panic).
-	// It validates as Update does, refuses a healthy slice of another
-	// length than bs, and on error keeps the previous set and health. It
-	// keeps neither slice. balancertest's HealthUpdate check tests these
-	// rules.
+	// whether bs[i] is fit to serve. A backend marked unhealthy gets no
+	// picks while more than half of its priority level (the backends of
+	// its Locality's Priority) is healthy; below that, an implementation
+	// may fall back to all of the level, as locality's levels panic.
+	// An implementation that routes by priority (one that, given every
+	// backend healthy, sends first tries to the first level only) keeps
+	// doing so: while every backend of the levels before priority p is
+	// healthy, no first try (Attempt 0, no Avoid) goes to a backend of
+	// priority p; retries may walk on. UpdateHealth validates as Update does, refuses
+	// a healthy slice of another length than bs, and on error keeps the
+	// previous set and health. It keeps neither slice. balancertest's
+	// HealthUpdate and HealthLevels checks test these rules.
 	UpdateHealth(bs []Backend, healthy []bool) error
+}
+
+// Labeler is implemented by backends that carry labels (metadata), such as
+// {"version": "v2", "track": "canary"}: package route reads them, once per
+// Update, to group the backends by a label's value. Endpoint implements
+// it (WithLabels); discovery sources fill it from the system's metadata.
+type Labeler interface {
+	// Labels returns the backend's labels. The caller must not modify the
+	// map.
+	Labels() map[string]string
+}
+
+// LabelOf returns the value of b's label key, or "" if b is no Labeler or
+// has no such label.
+func LabelOf(b Backend, key string) string {
+	if l, ok := b.(Labeler); ok {
+		return l.Labels()[key]
+	}
+	return ""
 }

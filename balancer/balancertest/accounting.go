@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -46,17 +48,8 @@ func sharesOf(count map[balancer.Backend]int, picks int) map[string]float64 {
 	return out
 }
 
-// sameSupport reports whether two spreads of picks, from two Balancers of
-// one constructor given the same set and the same requests, pick the same
-// backends at all. A check that compares one Balancer with another can
-// judge only a picker that places backends alike in every instance: one
-// that serves each instance its own subset (a subset decorator drawing a
-// random salt, as gRFC A68's random subsetting does) picks backends in
-// one instance that another never picks, and such a check then skips the
-// comparison. What those checks look for (weights kept, abandoned
-// requests taken for slow ones) changes how often a backend is picked,
-// never whether it is picked at all: every weight is at least 1, and a
-// learner must pick a backend once to learn anything of it.
+// sameSupport reports whether two spreads of picks pick the same backends
+// at all.
 func sameSupport(a, b map[string]float64) bool {
 	for id, x := range a {
 		if (x > 0) != (b[id] > 0) {
@@ -71,10 +64,49 @@ func sameSupport(a, b map[string]float64) bool {
 	return true
 }
 
+// instances is how many new Balancers perInstance compares. A subset
+// picker with a random salt that serves 3 of 8 backends gives four
+// instances one subset about once in 56³ tries.
+const instances = 4
+
+// perInstance reports whether Balancers of newBalancer, given the set bs,
+// pick different backends at all: instances new Balancers, supportPicks
+// first tries per backend each, done with Result{}. A check that compares
+// one Balancer with another can judge only a picker that places backends
+// alike in every instance; one that serves each instance its own subset
+// (a subset decorator drawing a random salt, as gRFC A68's random
+// subsetting does) cannot be judged so, and such a check skips the
+// comparison. A check asks only once two spreads it compares pick
+// different backends: what it looks for (weights kept, abandoned requests
+// taken for slow ones) changes how often a backend is picked, never
+// whether, in a picker that places backends alike in every instance; so
+// different backends there are the flaw itself (every key sent to one
+// backend, a backend ejected), and the check judges them.
+func perInstance(newBalancer func() balancer.Balancer, bs []balancer.Backend) (bool, error) {
+	var first map[string]float64
+	for i := range instances {
+		b := newBalancer()
+		if err := update(b, bs); err != nil {
+			return false, err
+		}
+		got, err := shares(b, members(bs), supportPicks*len(bs))
+		if err != nil {
+			return false, err
+		}
+		if i == 0 {
+			first = got
+		} else if !sameSupport(first, got) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // checkNewValues: an Update that keeps every ID but brings new Backend
 // values and new weights takes them: picks return the new values, and each
 // backend draws the share a new Balancer given the same set gives it
-// (where the two pick the same backends; see sameSupport).
+// (unless Balancers of the constructor pick different backends from one
+// set; see perInstance).
 func checkNewValues(newBalancer func() balancer.Balancer) error {
 	const n = 8
 	first := backends("nv", n, false)
@@ -121,12 +153,17 @@ func checkNewValues(newBalancer func() balancer.Balancer) error {
 			return fmt.Errorf("a new Balancer given %s: %w", st.name, err)
 		}
 		if !sameSupport(got, want) {
-			continue // placed per instance: nothing to compare; the values were checked
+			if per, err := perInstance(newBalancer, st.set); err != nil || per {
+				if err != nil {
+					return err
+				}
+				continue // placed per instance: nothing to compare; the values were checked
+			}
 		}
 		for _, x := range st.set {
 			id := x.ID()
 			if math.Abs(got[id]-want[id]) > shareTolerance {
-				return fmt.Errorf("after an Update to %s, %s drew %.0f%% of %d picks, against %.0f%% from a new Balancer given the same set: Update must take the new weights, not keep those of the IDs it knew",
+				return fmt.Errorf("after an Update to %s, %s drew %.0f%% of %d picks, against %.0f%% from a new Balancer given the same set: Update must take the new weights, as a new Balancer does, and neither keep those of the IDs it knew nor move every key elsewhere",
 					st.name, id, 100*got[id], sharePicks, 100*want[id])
 			}
 		}
@@ -134,34 +171,170 @@ func checkNewValues(newBalancer func() balancer.Balancer) error {
 	return nil
 }
 
-// checkOrder: state is keyed by ID, not by position in the slice: the
-// same set given again in another order moves nothing. Keys keep their
-// backends and retry sequences (for a picker with key affinity), a
-// backend taught to be slow does not draw more picks, and the counts of
+// orderSizes are the sizes of the sets Order gives again: a set smaller
+// than a subset picker's subset, and one larger (gRFC A68's default
+// subset is 20).
+var orderSizes = []int{6, 40}
+
+// regiving is a set given again to Update.
+type regiving struct {
+	name string
+	set  []balancer.Backend
+}
+
+// regivings returns bs given again: as it is, reversed, shuffled, and as
+// new Backend values with the same IDs and weights.
+func regivings(bs []balancer.Backend) []regiving {
+	reversed, shuffled := slices.Clone(bs), slices.Clone(bs)
+	slices.Reverse(reversed)
+	r := rand.New(rand.NewPCG(uint64(len(bs)), 5))
+	r.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	values := make([]balancer.Backend, len(bs))
+	for i, b := range bs {
+		values[i] = balancer.NewEndpoint(b.ID(), balancer.WeightOf(b))
+	}
+	return []regiving{
+		{"in the same order", slices.Clone(bs)},
+		{"in reverse order", reversed},
+		{"shuffled", shuffled},
+		{"as new Backend values of the same IDs and weights", values},
+	}
+}
+
+// checkOrder: state is keyed by ID, not by position in the slice, and an
+// Update of the set in force moves nothing: the same set given again, in
+// the same order, in another, or as new values of the same IDs and
+// weights, in sets of 6 and 40. The backends that draw picks stay the
+// same (a subset picker keeps its subset), keys keep their backends and
+// retry sequences (for a picker with key affinity), a backend taught to
+// be slow does not draw more picks (in the set of 6), and the counts of
 // requests in flight stay with their IDs (for a balancer.InFlightCounter).
 func checkOrder(newBalancer func() balancer.Balancer) error {
-	const n = 6
-	bs := backends("o", n, true)
-	moved := slices.Clone(bs)
-	slices.Reverse(moved)
-	if err := orderKeys(newBalancer, bs, moved); err != nil {
+	for _, n := range orderSizes {
+		bs := backends("o", n, true)
+		agains := regivings(bs)
+		where := func(err error) error {
+			return fmt.Errorf("a set of %d %w", n, err)
+		}
+		if err := orderSupport(newBalancer, bs, agains); err != nil {
+			return where(err)
+		}
+		if err := orderKeys(newBalancer, bs, agains); err != nil {
+			return where(err)
+		}
+		if err := orderCounts(newBalancer, bs, agains); err != nil {
+			return where(err)
+		}
+		if n > 8 {
+			continue
+		}
+		for _, again := range agains {
+			if err := orderLearned(newBalancer, bs, again.set); err != nil {
+				return where(fmt.Errorf("given again %s: %w", again.name, err))
+			}
+		}
+	}
+	return nil
+}
+
+// acrossRegivings measures b, then gives it each of agains in turn,
+// making *want its members, and compares what measure sees then with the
+// first measure.
+func acrossRegivings[T any](b balancer.Balancer, agains []regiving, want *map[string]balancer.Backend, measure func() (T, error), compare func(before, after T) error) error {
+	before, err := measure()
+	if err != nil {
 		return err
 	}
-	if err := orderLearned(newBalancer, bs, moved); err != nil {
+	for _, again := range agains {
+		if err := update(b, again.set); err != nil {
+			return err
+		}
+		*want = members(again.set)
+		after, err := measure()
+		if err == nil {
+			err = compare(before, after)
+		}
+		if err != nil {
+			return fmt.Errorf("given again %s: %w", again.name, err)
+		}
+	}
+	return nil
+}
+
+// supportPicks is how many picks per backend orderSupport makes to see
+// which backends draw picks: a backend of weight 1 among weights 1 to 4
+// then expects about 25, and is missed by chance about once in 10^11.
+const supportPicks = 64
+
+// orderSupport finds the backends that draw picks, twice, then after each
+// Update of agains: an Update of the same set must not change them. If
+// they change between the first two looks, without an Update, the picker
+// picks as it goes (a prober, a learner) and nothing is judged.
+func orderSupport(newBalancer func() balancer.Balancer, bs []balancer.Backend, agains []regiving) error {
+	b := newBalancer()
+	if err := update(b, bs); err != nil {
 		return err
 	}
-	return orderCounts(newBalancer, bs, moved)
+	picks := supportPicks * len(bs)
+	want := members(bs)
+	look := func() (map[string]bool, error) {
+		count, err := tally(b, want, picks, func(balancer.Backend, int) balancer.Result { return balancer.Result{} })
+		if err != nil {
+			return nil, err
+		}
+		seen := make(map[string]bool, len(count))
+		for x := range count {
+			seen[x.ID()] = true
+		}
+		return seen, nil
+	}
+	first, err := look()
+	if err != nil {
+		return err
+	}
+	stable := true
+	return acrossRegivings(b, agains, &want, look, func(before, after map[string]bool) error {
+		stable = stable && maps.Equal(first, before)
+		if stable && !maps.Equal(before, after) {
+			return fmt.Errorf("the backends that draw picks changed: %d of %d drew picks in %d before, %d after (%s): an Update that brings the set in force moves nothing (a subset picker keeps its subset)",
+				len(before), len(bs), picks, len(after), supportDiff(bs, before, after))
+		}
+		return nil
+	})
+}
+
+// supportDiff names a backend that draws picks only before, and one that
+// draws them only after.
+func supportDiff(bs []balancer.Backend, before, after map[string]bool) string {
+	var gone, came []string
+	for _, x := range bs {
+		switch id := x.ID(); {
+		case before[id] && !after[id]:
+			gone = append(gone, id)
+		case after[id] && !before[id]:
+			came = append(came, id)
+		}
+	}
+	var parts []string
+	if len(gone) > 0 {
+		parts = append(parts, fmt.Sprintf("%d no longer, %s the first", len(gone), gone[0]))
+	}
+	if len(came) > 0 {
+		parts = append(parts, fmt.Sprintf("%d new, %s the first", len(came), came[0]))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // aroundUpdate returns what measure sees before and after b's Update to
-// set.
-func aroundUpdate[T any](b balancer.Balancer, set []balancer.Backend, measure func() (T, error)) (before, after T, err error) {
+// set, and makes *want the members of set once it is given.
+func aroundUpdate[T any](b balancer.Balancer, set []balancer.Backend, want *map[string]balancer.Backend, measure func() (T, error)) (before, after T, err error) {
 	if before, err = measure(); err != nil {
 		return before, after, err
 	}
 	if err = update(b, set); err != nil {
 		return before, after, err
 	}
+	*want = members(set)
 	after, err = measure()
 	return before, after, err
 }
@@ -169,7 +342,7 @@ func aroundUpdate[T any](b balancer.Balancer, set []balancer.Backend, measure fu
 // orderKeys compares the first three attempts of 64 keys before and after
 // the reordering, for a picker with key affinity: every key's first tries
 // agree, three in a row, and keys have different homes (as Retries finds).
-func orderKeys(newBalancer func() balancer.Balancer, bs, moved []balancer.Backend) error {
+func orderKeys(newBalancer func() balancer.Balancer, bs []balancer.Backend, agains []regiving) error {
 	const nkeys, attempts = 64, 3
 	b := newBalancer()
 	fb := feedback(b)
@@ -217,17 +390,15 @@ func orderKeys(newBalancer func() balancer.Balancer, bs, moved []balancer.Backen
 		}
 		return out, nil
 	}
-	before, after, err := aroundUpdate(b, moved, walk)
-	if err != nil {
-		return err
-	}
-	for k := range before {
-		if before[k] != after[k] {
-			return fmt.Errorf("the same set given again in reverse order moved key %q (attempts 0 to %d) from %v to %v: where a key goes must depend on the backends' IDs, not on their positions in the slice",
-				key(k), attempts-1, before[k], after[k])
+	return acrossRegivings(b, agains, &want, walk, func(before, after [][attempts]string) error {
+		for k := range before {
+			if before[k] != after[k] {
+				return fmt.Errorf("key %q (attempts 0 to %d) moved from %v to %v: where a key goes must depend on the backends' IDs, not on their positions in the slice, and an Update of the set in force moves no key",
+					key(k), attempts-1, before[k], after[k])
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // orderLearned teaches a picker that one backend is slow, then gives it
@@ -248,7 +419,7 @@ func orderLearned(newBalancer func() balancer.Balancer, bs, moved []balancer.Bac
 			return fmt.Errorf("pick %d: %w", i, err)
 		}
 		lat := time.Millisecond
-		if got == slow {
+		if got.ID() == slow.ID() {
 			lat = time.Second
 		}
 		fb.Done(got, balancer.Result{Latency: lat})
@@ -260,39 +431,68 @@ func orderLearned(newBalancer func() balancer.Balancer, bs, moved []balancer.Bac
 			if err := member(got, err, want); err != nil {
 				return 0, fmt.Errorf("pick %d: %w", i, err)
 			}
-			if got == slow {
+			if got.ID() == slow.ID() {
 				c++
 			}
 			fb.Done(got, balancer.Result{})
 		}
 		return c, nil
 	}
-	before, after, err := aroundUpdate(b, moved, count)
+	before, after, err := aroundUpdate(b, moved, &want, count)
 	if err != nil {
 		return err
 	}
 	if limit := max(2*before, measure/(2*len(bs))); after > limit {
-		return fmt.Errorf("a backend taught to be slow (1 s against 1 ms) drew %d of %d picks, then %d once the same set was given again in reverse order: what a picker learns about a backend must stay with its ID, not with its position in the slice",
+		return fmt.Errorf("a backend taught to be slow (1 s against 1 ms) drew %d of %d picks, then %d once the same set was given again: what a picker learns about a backend must stay with its ID, not with its position in the slice",
 			before, measure, after)
 	}
 	return nil
 }
 
-// counterOf returns the first layer of b that counts requests in flight
-// (a balancer.InFlightCounter), found as balancer.As finds a layer: b
-// itself, else down the stack of decorators through their Unwrap. Pick
-// and Done still go to b, so the counts read inside show whether every
-// layer passes every Done on.
-func counterOf(b balancer.Picker) (balancer.InFlightCounter, bool) {
-	return balancer.As[balancer.InFlightCounter](b)
+// layer is one layer of a stack of decorators that counts requests in
+// flight.
+type layer struct {
+	c     balancer.InFlightCounter
+	depth int    // 0 for the Balancer itself
+	name  string // for messages
 }
 
-// orderCounts holds requests, gives the same set in another order, and
-// compares the counts of a balancer.InFlightCounter (see counterOf) by ID.
-func orderCounts(newBalancer func() balancer.Balancer, bs, moved []balancer.Backend) error {
+// counters returns every layer of b that counts requests in flight (a
+// balancer.InFlightCounter), outermost first: b itself, and each layer
+// down the stack of decorators through their Unwrap, as balancer.As walks
+// it. Pick and Done still go to b, so the counts read inside show whether
+// every layer passes every Done on: a decorator that counts for itself
+// and drops the Done of some requests has its own counts right and those
+// of the picker inside wrong.
+func counters(b balancer.Picker) []layer {
+	var out []layer
+	for p, depth := b, 0; p != nil; depth++ {
+		if c, ok := p.(balancer.InFlightCounter); ok {
+			name := fmt.Sprintf("the %T itself", p)
+			switch {
+			case depth == 1:
+				name = fmt.Sprintf("the %T one layer down (Unwrap)", p)
+			case depth > 1:
+				name = fmt.Sprintf("the %T %d layers down (Unwrap)", p, depth)
+			}
+			out = append(out, layer{c, depth, name})
+		}
+		u, ok := p.(balancer.Unwrapper)
+		if !ok {
+			break
+		}
+		p = u.Unwrap()
+	}
+	return out
+}
+
+// orderCounts holds requests, gives the same set again in each way of
+// agains, and compares the counts of every balancer.InFlightCounter layer
+// (see counters) by ID.
+func orderCounts(newBalancer func() balancer.Balancer, bs []balancer.Backend, agains []regiving) error {
 	b := newBalancer()
-	c, ok := counterOf(b)
-	if !ok {
+	layers := counters(b)
+	if len(layers) == 0 {
 		return nil
 	}
 	fb := feedback(b)
@@ -308,20 +508,28 @@ func orderCounts(newBalancer func() balancer.Balancer, bs, moved []balancer.Back
 			fb.Done(h, balancer.Result{})
 		}
 	}()
-	before := make(map[string]int64, len(bs))
-	for _, x := range bs {
-		before[x.ID()] = c.InFlight(x.ID())
-	}
-	if err := update(b, moved); err != nil {
-		return err
-	}
-	for _, x := range bs {
-		if got := c.InFlight(x.ID()); got != before[x.ID()] {
-			return fmt.Errorf("with %d requests held, InFlight(%q) was %d, then %d once the same set was given again in reverse order: counts must stay with the backend's ID, not with its position in the slice",
-				len(held), x.ID(), before[x.ID()], got)
+	want := members(bs)
+	counts := func() ([]map[string]int64, error) {
+		out := make([]map[string]int64, len(layers))
+		for i, l := range layers {
+			out[i] = make(map[string]int64, len(bs))
+			for _, x := range bs {
+				out[i][x.ID()] = l.c.InFlight(x.ID())
+			}
 		}
+		return out, nil
 	}
-	return nil
+	return acrossRegivings(b, agains, &want, counts, func(before, after []map[string]int64) error {
+		for i, l := range layers {
+			for _, x := range bs {
+				if got := after[i][x.ID()]; got != before[i][x.ID()] {
+					return fmt.Errorf("with %d requests held, InFlight(%q) of %s was %d, then %d after the Update: counts must stay with the backend's ID, not with its position in the slice",
+						len(held), x.ID(), l.name, before[i][x.ID()], got)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // abandonedLate are abandoned Results that carry long latencies, as a
@@ -345,7 +553,8 @@ var abandonedLate = []balancer.Result{
 // The backend is the one a first run, with every request measured at 1 s,
 // favours most, so that a hash picker's uneven shares leave it many picks.
 // Each run is of a new Balancer; the last two are compared only if they
-// pick the same backends (see sameSupport).
+// pick the same backends, or Balancers of the constructor pick alike
+// (see perInstance).
 func checkAbandonedNeutral(newBalancer func() balancer.Balancer) error {
 	const n, picks = 4, 2000
 	bs := backends("an", n, false)
@@ -379,7 +588,9 @@ func checkAbandonedNeutral(newBalancer func() balancer.Balancer) error {
 		return err
 	}
 	if !sameSupport(sharesOf(unmeasured, picks), sharesOf(abandoned, picks)) {
-		return nil // placed per instance: nothing to compare
+		if per, err := perInstance(newBalancer, bs); err != nil || per {
+			return err // placed per instance: nothing to compare
+		}
 	}
 	if got, floor := abandoned[quiet], unmeasured[quiet]/2-picks/(8*n); got < floor {
 		return fmt.Errorf("a backend whose every request was abandoned after a long wait drew %d of %d picks, against %d when its requests ended unmeasured (Result{}): an abandoned request is neither a failure nor a latency sample, and no reason to eject a backend (see balancer.Result)",
@@ -400,27 +611,41 @@ const (
 	stormFresh   = 32
 )
 
-// checkInFlight: a balancer.InFlightCounter (the Balancer, or a layer
-// inside it; see counterOf) counts exactly the requests
-// picked and not yet done, by ID: after picks, after some of their Dones
-// (in every shape of Result), after a storm of concurrent Picks, Dones and
-// Updates that evicts idle counters, with requests held throughout; and
-// every count is exactly zero once every Pick has had its Done. A
-// Balancer that is not an InFlightCounter, or whose counts stay zero while
-// requests are held (a decorator around a picker that counts nothing),
-// passes.
+// inFlightSizes are the sizes of the sets InFlight counts over; the storm
+// runs over the set of 8.
+var inFlightSizes = []int{1, 3, 8, 65}
+
+// checkInFlight: every layer of the Balancer that is a
+// balancer.InFlightCounter (see counters) counts exactly the requests
+// picked and not yet done, by ID, in sets of 1 to 65: after picks, after
+// half of their Dones (in every shape of Result), after a storm of
+// concurrent Picks, Dones and Updates that evicts idle counters, with
+// requests held throughout; and every count is exactly zero once every
+// Pick has had its Done. A Balancer with no such layer, or whose counts
+// stay zero while requests are held (a decorator around a picker that
+// counts nothing), passes.
 func checkInFlight(newBalancer func() balancer.Balancer) error {
+	for _, n := range inFlightSizes {
+		if err := inFlightIn(newBalancer, n); err != nil {
+			return fmt.Errorf("in a set of %d: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// inFlightIn is checkInFlight on a new Balancer given a set of n.
+func inFlightIn(newBalancer func() balancer.Balancer, n int) error {
 	b := newBalancer()
-	c, ok := counterOf(b)
-	if !ok {
+	layers := counters(b)
+	if len(layers) == 0 {
 		return nil
 	}
 	fb := feedback(b)
-	bs := backends("if", 8, true)
+	bs := backends("if", n, true)
 	if err := update(b, bs); err != nil {
 		return err
 	}
-	held, err := pickIn(b, members(bs), 40, true, false)
+	held, err := pickIn(b, members(bs), max(40, 2*n), true, false)
 	if err != nil {
 		return err
 	}
@@ -431,41 +656,50 @@ func checkInFlight(newBalancer func() balancer.Balancer) error {
 	for _, h := range held {
 		count[h.ID()]++
 	}
-	counting := false
-	for id := range count {
-		counting = counting || c.InFlight(id) != 0
-	}
-	if !counting {
+	layers = slices.DeleteFunc(layers, func(l layer) bool {
+		for id := range count {
+			if l.c.InFlight(id) != 0 {
+				return false
+			}
+		}
+		return true // counts nothing
+	})
+	if len(layers) == 0 {
 		for _, h := range held {
 			fb.Done(h, balancer.Result{})
 		}
-		return nil // counts nothing
+		return nil
 	}
-	if err := wantCounts(c, count, fmt.Sprintf("after %d Picks without a Done", len(held))); err != nil {
+	if err := wantLayers(layers, count, fmt.Sprintf("after %d Picks without a Done", len(held))); err != nil {
 		return err
 	}
-	if got := c.InFlight("never.test:1"); got != 0 {
-		return fmt.Errorf("InFlight of an ID never in the set = %d, want 0", got)
+	for _, l := range layers {
+		if got := l.c.InFlight("never.test:1"); got != 0 {
+			return fmt.Errorf("%s: InFlight of an ID never in the set = %d, want 0", l.name, got)
+		}
 	}
-	for i, h := range held[:20] {
+	half := len(held) / 2
+	for i, h := range held[:half] {
 		fb.Done(h, results[i%len(results)])
 		count[h.ID()]--
 	}
-	held = held[20:]
-	if err := wantCounts(c, count, "after Done for 20 of them, with every shape of Result"); err != nil {
+	held = held[half:]
+	if err := wantLayers(layers, count, fmt.Sprintf("after Done for %d of them, with every shape of Result", half)); err != nil {
 		return err
 	}
-	storm, err := inFlightStorm(b, bs)
-	if err != nil {
-		return err
-	}
-	back := slices.Clone(bs)
-	slices.Reverse(back)
-	if err := update(b, back); err != nil {
-		return err
-	}
-	if err := wantCounts(c, count, fmt.Sprintf("after a storm of %d Updates, with %d requests held throughout", stormUpdates, len(held))); err != nil {
-		return err
+	var storm []string
+	if n == 8 {
+		if storm, err = inFlightStorm(b, bs); err != nil {
+			return err
+		}
+		back := slices.Clone(bs)
+		slices.Reverse(back)
+		if err := update(b, back); err != nil {
+			return err
+		}
+		if err := wantLayers(layers, count, fmt.Sprintf("after a storm of %d Updates, with %d requests held throughout", stormUpdates, len(held))); err != nil {
+			return err
+		}
 	}
 	for _, h := range held {
 		fb.Done(h, balancer.Result{Latency: 1e6})
@@ -474,7 +708,20 @@ func checkInFlight(newBalancer func() balancer.Balancer) error {
 	for _, id := range storm {
 		count[id] = 0
 	}
-	return wantCounts(c, count, "once every Pick had its Done")
+	return wantLayers(layers, count, "once every Pick had its Done")
+}
+
+// wantLayers compares the counts of every layer with want.
+func wantLayers(layers []layer, want map[string]int64, when string) error {
+	for _, l := range layers {
+		if err := wantCounts(l.c, want, when); err != nil {
+			if len(layers) > 1 || l.depth > 0 {
+				return fmt.Errorf("%s: %w", l.name, err)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // wantCounts compares a counter's counts with want, by ID.

@@ -83,6 +83,22 @@ const (
 	dropsRemoved        // an Update that removes a backend forgets every count
 	subsets             // sound: round robin over a subset of 3, by a hash salted per instance
 	ignoresLocality     // Update accepts a priority outside [0, MaxPriority]
+
+	// Flaws of a third round (issue 24), each missed by the kit before it
+	// grew the check that catches it.
+	blocksAbove16      // Pick takes a read lock that Update holds, in Updates of more than 16
+	rereadsWeightFrom8 // Update reads weights again after validating, in sets of 8 or more
+	publishesUnlocked  // Update publishes its snapshot after releasing its mutex
+	redrawsSubset      // a subset of 3 whose salt is drawn anew at every Update
+	starvesSmallest    // never picks the backend with the smallest ID on a first try
+	starvesNinth       // never picks the ninth backend of the slice given on a first try
+	dividesByZeroRPS   // Done divides by a report's rps, as an integer
+	collapsesKeys      // a hash picker that sends every key home to one backend after an Update that changes only weights
+
+	// Flaws of the hash keys (issue 27.5).
+	hashKeysIgnored   // a hash picker that reads hash keys but places backends by ID
+	hashKeyOnPick     // a hash picker that reads the picked backend's hash key in Pick
+	hashKeysDuplicate // a hash picker that accepts two backends with one placement key
 )
 
 // learner reports whether f picks by latency.
@@ -92,8 +108,12 @@ func (f flaw) learner() bool {
 
 // hash reports whether f picks by the key's hash.
 func (f flaw) hash() bool {
-	return f == hashes || f == hashIgnoresAttempt || f == hashRepeats || f == hashPerProcess || f == hashByPosition
+	return f == hashes || f == hashIgnoresAttempt || f == hashRepeats || f == hashPerProcess || f == hashByPosition ||
+		f == collapsesKeys || f == hashKeysIgnored || f == hashKeyOnPick || f == hashKeysDuplicate
 }
+
+// subset reports whether f serves a subset of 3.
+func (f flaw) subset() bool { return f == subsets || f == redrawsSubset }
 
 // ref is a small correct picker (weighted round robin, a hash of the key
 // for the hash flaws, or lowest latency for the learners, with in-flight
@@ -105,6 +125,7 @@ type ref struct {
 	cur      atomic.Pointer[refSnap]
 	next     atomic.Uint64
 	updating atomic.Bool // an Update runs, for waitsOnUpdate
+	big      atomic.Bool // an Update of more than 16 runs, for blocksAbove16
 	reg      balancer.Registry[refState]
 	updates  int // successful Updates; guarded by mu
 }
@@ -116,6 +137,7 @@ type refState struct {
 	last    atomic.Int64 // the latency learned, for the learners; 0 before any
 	fails   atomic.Int64 // errors in a row, for ejectsAbandoned
 	ejected atomic.Bool  // for ejectsAbandoned
+	weight  atomic.Int64 // from reports, for dividesByZeroRPS
 }
 
 // guess is what a learner takes a backend it has not measured to answer
@@ -134,6 +156,10 @@ type refSnap struct {
 	byID    map[string]*refState // keyedByPosition: pos by ID
 	prev    *refSnap             // for removedOnRetry and rarelyRemoved
 	gen     int                  // the Update that published it
+	members []string             // the subset's IDs, for the subset pickers
+	// collapsed is set, for collapsesKeys, by an Update that kept every
+	// ID and changed a weight: every key goes to one home from then on.
+	collapsed bool
 }
 
 // at returns the state of bs[i].
@@ -170,8 +196,29 @@ func newRef(f flaw) func() balancer.Balancer {
 	return func() balancer.Balancer {
 		r := &ref{flaw: f, salt: int(made.Add(1))}
 		r.cur.Store(&refSnap{})
+		if f.subset() {
+			return subsetRef{r}
+		}
 		return r
 	}
+}
+
+// subsetRef is a subset picker: a ref that says which backends it serves,
+// as package subset's Balancer does.
+type subsetRef struct{ *ref }
+
+// Subset returns the IDs of the backends served, all of a set of 3 or
+// fewer.
+func (s subsetRef) Subset() []string {
+	snap := s.cur.Load()
+	if len(snap.bs) <= 3 {
+		ids := make([]string, len(snap.bs))
+		for i, b := range snap.bs {
+			ids[i] = b.ID()
+		}
+		return ids
+	}
+	return slices.Clone(snap.members)
 }
 
 func (r *ref) Update(bs []balancer.Backend) error {
@@ -181,10 +228,20 @@ func (r *ref) Update(bs []balancer.Backend) error {
 		}
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	locked := true // publishesUnlocked unlocks early
+	defer func() {
+		if locked {
+			r.mu.Unlock()
+		}
+	}()
 	r.updating.Store(true)
 	defer r.updating.Store(false)
-	weightOf := map[string]int{} // the weights validation read
+	if r.flaw == blocksAbove16 && len(bs) > 16 {
+		r.big.Store(true) // under mu: a Pick that sees it waits for the Update
+		defer r.big.Store(false)
+	}
+	weightOf := map[string]int{}   // the weights validation read
+	placeOf := map[string]string{} // the hash pickers' placement keys, by ID
 	if r.flaw != skipsValidate && r.flaw != validatesUnlocked {
 		set, err := balancer.NewSet(bs)
 		if err != nil && (r.flaw != ignoresLocality || !errors.Is(err, balancer.ErrBadLocality)) {
@@ -192,6 +249,19 @@ func (r *ref) Update(bs []balancer.Backend) error {
 		}
 		for i, id := range set.IDs {
 			weightOf[id] = set.Weights[i]
+		}
+		if r.flaw.hash() {
+			keys, err := balancer.HashKeys(set)
+			if err != nil && r.flaw != hashKeysDuplicate {
+				return err
+			}
+			for i, id := range set.IDs {
+				if keys == nil { // hashKeysDuplicate: unchecked
+					placeOf[id] = balancer.HashKeyOf(set.Backends[i])
+				} else if r.flaw != hashKeysIgnored {
+					placeOf[id] = keys[i]
+				}
+			}
 		}
 	}
 	if r.flaw == ignoresEmpty && len(bs) == 0 {
@@ -226,7 +296,10 @@ func (r *ref) Update(bs []balancer.Backend) error {
 		}
 	case sortsInPlace:
 		slices.SortFunc(bs, func(a, b balancer.Backend) int { return strings.Compare(a.ID(), b.ID()) })
-	case rereadsWeight:
+	case rereadsWeight, rereadsWeightFrom8:
+		if r.flaw == rereadsWeightFrom8 && len(bs) < 8 {
+			break
+		}
 		for _, b := range bs {
 			keep(make([]byte, balancer.WeightOf(b))) // panics on a negative weight
 		}
@@ -256,9 +329,24 @@ func (r *ref) Update(bs []balancer.Backend) error {
 	prev := *old    // a copy: the published one is immutable
 	prev.prev = nil // keep one generation only
 	r.updates++
-	s := &refSnap{bs: next, prev: &prev, gen: r.updates}
+	s := &refSnap{bs: next, prev: &prev, gen: r.updates, collapsed: old.collapsed}
+	if r.flaw == collapsesKeys && len(old.bs) == len(next) && len(next) > 1 {
+		changed := false
+		for _, b := range next {
+			v, known := oldWeight[b.ID()]
+			if !known {
+				changed = false
+				break
+			}
+			changed = changed || v != min(max(weightOf[b.ID()], 1), 16)
+		}
+		s.collapsed = s.collapsed || changed
+	}
 	inSubset := r.subset(next)
 	for i, b := range next {
+		if r.flaw.subset() && inSubset(i) {
+			s.members = append(s.members, b.ID())
+		}
 		id := b.ID()
 		w, ok := weightOf[id]
 		if v, known := oldWeight[id]; !ok || (known && r.flaw == keepsOldWeights) {
@@ -277,7 +365,13 @@ func (r *ref) Update(bs []balancer.Backend) error {
 		s.sorted = append(s.sorted, i)
 		s.copies = append(s.copies, balancer.NewEndpoint(id, 1))
 	}
-	slices.SortFunc(s.sorted, func(a, b int) int { return strings.Compare(next[a].ID(), next[b].ID()) })
+	place := func(b balancer.Backend) string {
+		if k, ok := placeOf[b.ID()]; ok {
+			return k
+		}
+		return b.ID()
+	}
+	slices.SortFunc(s.sorted, func(a, b int) int { return strings.Compare(place(next[a]), place(next[b])) })
 	if r.flaw == keyedByPosition {
 		s.byID = map[string]*refState{}
 		for i, b := range next {
@@ -291,6 +385,10 @@ func (r *ref) Update(bs []balancer.Backend) error {
 	} else {
 		s.states = r.reg.Sync(next)
 	}
+	if r.flaw == publishesUnlocked {
+		locked = false
+		r.mu.Unlock()
+	}
 	r.cur.Store(s)
 	return nil
 }
@@ -300,12 +398,16 @@ func (r *ref) Update(bs []balancer.Backend) error {
 // salt, as a rendezvous subset with a random salt chooses); for every
 // other picker, true.
 func (r *ref) subset(bs []balancer.Backend) func(i int) bool {
-	if r.flaw != subsets || len(bs) <= 3 {
+	if !r.flaw.subset() || len(bs) <= 3 {
 		return func(int) bool { return true }
+	}
+	salt := r.salt
+	if r.flaw == redrawsSubset {
+		salt = 1000 + r.updates // a new draw at every Update
 	}
 	score := func(i int) uint64 {
 		h := uint64(14695981039346656037)
-		for _, c := range []byte(fmt.Sprint(r.salt, "/", bs[i].ID())) {
+		for _, c := range []byte(fmt.Sprint(salt, "/", bs[i].ID())) {
 			h = (h ^ uint64(c)) * 1099511628211
 		}
 		return h
@@ -320,7 +422,7 @@ func (r *ref) subset(bs []balancer.Backend) func(i int) bool {
 }
 
 func (r *ref) Pick(req balancer.Request) (balancer.Backend, error) {
-	if r.flaw == blocksPick {
+	if r.flaw == blocksPick || (r.flaw == blocksAbove16 && r.big.Load()) {
 		r.mu.RLock()
 		defer r.mu.RUnlock()
 	}
@@ -345,6 +447,9 @@ func (r *ref) Pick(req balancer.Request) (balancer.Backend, error) {
 	i := s.sched[k%uint64(len(s.sched))]
 	if r.flaw.hash() {
 		i = r.hashIndex(s, req)
+		if r.flaw == hashKeyOnPick {
+			_ = balancer.HashKeyOf(s.bs[i])
+		}
 	}
 	if r.flaw == panicsOnNegative && req.Attempt < 0 {
 		i = (i + req.Attempt) % n // negative for most negative attempts
@@ -365,6 +470,9 @@ func (r *ref) Pick(req balancer.Request) (balancer.Backend, error) {
 	}
 	for j := 0; r.flaw == ejectsAbandoned && j < n && s.at(i).ejected.Load(); j++ {
 		i = (i + 1) % n
+	}
+	if n > 1 && req.Attempt == 0 && ((r.flaw == starvesSmallest && i == s.sorted[0]) || (r.flaw == starvesNinth && i == 8)) {
+		i = (i + 1) % n // an off-by-one that skips one backend
 	}
 	avoid := r.flaw != ignoresAvoid &&
 		!(r.flaw == avoidSmallOnly && n > 8) &&
@@ -407,6 +515,9 @@ func (r *ref) hashIndex(s *refSnap, req balancer.Request) int {
 		h = (h ^ uint64(req.Key[i])) * 1099511628211
 	}
 	home := int(h % uint64(n))
+	if s.collapsed {
+		home = 0 // every key, once weights have changed
+	}
 	a := max(req.Attempt, 0) % n
 	switch r.flaw {
 	case hashIgnoresAttempt:
@@ -458,6 +569,11 @@ func (r *ref) Done(b balancer.Backend, res balancer.Result) {
 	}
 	if r.flaw == leaksAbandoned && res.Abandoned() {
 		return
+	}
+	if l := res.Load; r.flaw == dividesByZeroRPS && l.Reported() {
+		// A weight from the report, qps over utilisation in thousandths,
+		// dividing by a count of requests.
+		st.weight.Store(int64(1000*l.Utilization()) / int64(l.RPS))
 	}
 	st.Dec()
 	switch r.flaw {
@@ -563,6 +679,88 @@ func TestKitReadsCountsThroughUnwrap(t *testing.T) {
 	assert.Contains(t, err.Error(), "InFlight(")
 }
 
+// counting is a decorator around a ref that counts requests in flight
+// itself, as a metrics decorator might, and says so (InFlight), so that
+// the kit's InFlight check reads its counts first. With dropsFailures
+// set, it passes no Done of a failed request on: its own counts are
+// right, those of the picker inside never come down.
+type counting struct {
+	inner         *ref
+	dropsFailures bool
+	mu            sync.Mutex // writers
+	reg           balancer.Registry[balancer.InFlight]
+	states        atomic.Pointer[balancer.States[balancer.InFlight]]
+}
+
+var _ balancer.InFlightCounter = (*counting)(nil)
+
+func newCounting(dropsFailures bool) func() balancer.Balancer {
+	inner := newRef(sound)
+	return func() balancer.Balancer {
+		c := &counting{inner: inner().(*ref), dropsFailures: dropsFailures}
+		c.states.Store(&balancer.States[balancer.InFlight]{})
+		return c
+	}
+}
+
+func (c *counting) Update(bs []balancer.Backend) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	set, err := balancer.NewSet(bs)
+	if err != nil {
+		return err
+	}
+	if err := c.inner.Update(set.Backends); err != nil {
+		return err
+	}
+	st := c.reg.Sync(set.Backends)
+	c.states.Store(&st)
+	return nil
+}
+
+func (c *counting) Pick(req balancer.Request) (balancer.Backend, error) {
+	b, err := c.inner.Pick(req)
+	if err == nil {
+		if st := c.states.Load().Lookup(b); st != nil {
+			st.Inc()
+		}
+	}
+	return b, err
+}
+
+func (c *counting) Done(b balancer.Backend, r balancer.Result) {
+	if st := c.states.Load().Lookup(b); st != nil {
+		st.Dec()
+	}
+	if c.dropsFailures && r.Err != nil && !r.Abandoned() {
+		return
+	}
+	c.inner.Done(b, r)
+}
+
+// InFlight is the decorator's own count.
+func (c *counting) InFlight(id string) int64 {
+	if st := c.states.Load().LookupID(id); st != nil {
+		return st.Load()
+	}
+	return 0
+}
+
+// Unwrap returns the picker inside.
+func (c *counting) Unwrap() balancer.Picker { return c.inner }
+
+// The kit reads the counts of every layer that counts, down the stack: a
+// decorator that counts for itself and passes every Done on passes, and
+// one whose own counts are right but that passes no Done of a failure on
+// leaves the counts of the picker inside above zero, which the InFlight
+// check finds.
+func TestKitReadsEveryCounter(t *testing.T) {
+	balancertest.Run(t, newCounting(false))
+	err := balancertest.RunCheck("InFlight", newCounting(true))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the *balancertest_test.ref one layer down (Unwrap): after Done for 20 of them")
+}
+
 // hflaw is one way to break healthRef.
 type hflaw int
 
@@ -573,10 +771,14 @@ const (
 	hKeepsFlags              // UpdateHealth keeps the caller's slices and Pick reads them
 	hHalfApplied             // a refused UpdateHealth has already replaced the set
 	hUpdateKeepsHealth       // Update keeps the health each known ID had
+	hPanicsEarly             // serves every backend once a quarter of the set is unhealthy
+	hIgnoresPriority         // serves the healthy backends of every priority level once one is unhealthy
 )
 
 // healthRef is a balancer.HealthUpdater over a sound ref: the healthy
-// backends go to the ref, as locality hands each zone's picker its own.
+// backends of the first priority level that has any go to the ref, as
+// locality hands each zone's picker its own, and every backend when none
+// is healthy (panic).
 type healthRef struct {
 	*ref
 	flaw hflaw
@@ -600,6 +802,11 @@ func newHealthRef(f hflaw) func() balancer.Balancer {
 func (h *healthRef) UpdateHealth(bs []balancer.Backend, healthy []bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.updateHealth(bs, healthy)
+}
+
+// updateHealth is UpdateHealth with mu held.
+func (h *healthRef) updateHealth(bs []balancer.Backend, healthy []bool) error {
 	if len(healthy) != len(bs) && h.flaw != hIgnoresLength {
 		if h.flaw == hHalfApplied {
 			_ = h.ref.Update(bs)
@@ -611,12 +818,22 @@ func (h *healthRef) UpdateHealth(bs []balancer.Backend, healthy []bool) error {
 	}
 	var up []balancer.Backend
 	was := map[string]bool{}
+	top := -1 // the first priority level with a healthy backend
 	for i, b := range bs {
 		ok := i >= len(healthy) || healthy[i] || h.flaw == hIgnoresHealth
-		if ok {
-			up = append(up, b)
+		if p := balancer.LocalityOf(b).Priority; ok && (top < 0 || p < top) {
+			top = p
 		}
 		was[b.ID()] = ok
+	}
+	anyDown := slices.Contains(healthy, false)
+	for _, b := range bs {
+		if was[b.ID()] && (balancer.LocalityOf(b).Priority == top || h.flaw == hIgnoresPriority && anyDown) {
+			up = append(up, b)
+		}
+	}
+	if n := len(up); n == 0 || (h.flaw == hPanicsEarly && 4*n < 3*len(bs)) {
+		up = bs // panic
 	}
 	if err := h.ref.Update(up); err != nil {
 		return err
@@ -630,15 +847,15 @@ func (h *healthRef) UpdateHealth(bs []balancer.Backend, healthy []bool) error {
 
 func (h *healthRef) Update(bs []balancer.Backend) error {
 	up := make([]bool, len(bs))
-	h.mu.Lock()
+	h.mu.Lock() // one critical section, reads included: see PublishOrder
+	defer h.mu.Unlock()
 	for i, b := range bs {
 		up[i] = true
 		if ok, known := h.was[idOf(b)]; known && h.flaw == hUpdateKeepsHealth {
 			up[i] = ok
 		}
 	}
-	h.mu.Unlock()
-	return h.UpdateHealth(bs, up)
+	return h.updateHealth(bs, up)
 }
 
 // idOf is b's ID, or "" for nil.
@@ -684,6 +901,20 @@ func TestKitChecksHealthUpdater(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
+	for _, tt := range []struct {
+		flaw hflaw
+		name string
+		want string // in the error
+	}{
+		{hPanicsEarly, "gives up with three quarters healthy", "with priority 0: 2 of 3 healthy: a first try"},
+		{hIgnoresPriority, "ignores priorities", "past a level whose backends are all healthy"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := balancertest.RunCheck("HealthLevels", newHealthRef(tt.flaw))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
 }
 
 // failedChecks returns the names of the checks an error from Test reports.
@@ -700,8 +931,8 @@ func failedChecks(err error) []string {
 
 // TestKitCatchesFlaws proves each check can fail: a picker broken in one way
 // fails the check for that rule, and names it. Each row runs that check
-// alone (the whole kit for each of these flaws took two minutes under
-// -race on a loaded machine); TestKitPasses* run every check on the sound
+// alone (the whole kit for each row would multiply the test's time by
+// the number of rows); TestKitPasses* run every check on the sound
 // pickers.
 func TestKitCatchesFlaws(t *testing.T) {
 	tests := []struct {
@@ -759,6 +990,19 @@ func TestKitCatchesFlaws(t *testing.T) {
 		{leaksAbandoned, "counts no abandoned request off", "InFlight"},
 		{dropsRemoved, "forgets every count when a backend leaves", "InFlight"},
 		{ignoresLocality, "accepts a priority out of range", "InvalidUpdate"},
+
+		{blocksAbove16, "Pick waits for an Update of more than 16", "NeverBlocks"},
+		{rereadsWeightFrom8, "reads weights twice in sets of 8 or more", "WeightsOnce"},
+		{publishesUnlocked, "publishes after releasing its mutex", "PublishOrder"},
+		{redrawsSubset, "a subset drawn anew at every Update", "Order"},
+		{starvesSmallest, "never picks the smallest ID", "Spread"},
+		{starvesNinth, "never picks the ninth backend", "Spread"},
+		{dividesByZeroRPS, "divides by a zero rps", "Results"},
+		{collapsesKeys, "sends every key to one backend after new weights", "NewValues"},
+
+		{hashKeysIgnored, "a hash picker that places by ID, not by hash key", "HashKeys"},
+		{hashKeyOnPick, "a hash picker that reads hash keys in Pick", "HashKeys"},
+		{hashKeysDuplicate, "a hash picker that accepts duplicate hash keys", "HashKeys"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -24,6 +24,7 @@ var decoratorChecks = []struct {
 	run  func(Wrap) error
 }{
 	{"Start", checkDecoratorStart},
+	{"Restart", checkDecoratorRestart},
 	{"Close", checkDecoratorClose},
 	{"Unwrap", checkDecoratorUnwrap},
 	{"Plain", checkDecoratorPlain},
@@ -35,6 +36,10 @@ var decoratorChecks = []struct {
 //   - Start: the decorator is a balancer.Starter, and its Start starts an
 //     inner picker that has a Start, once, with a context that ends when
 //     the one given to the decorator's Start ends.
+//   - Restart: a second Start of the decorator returns an error wrapping
+//     balancer.ErrStarted (the inner picker's, passed on, or its own),
+//     and Start after Close one wrapping balancer.ErrClosed, so that a
+//     caller can tell them through any stack with errors.Is.
 //   - Close: the decorator is an io.Closer, and its Close, after Start,
 //     closes an inner picker that has a Close.
 //   - Unwrap: the decorator is a balancer.Unwrapper, and balancer.As finds
@@ -84,7 +89,9 @@ func runDecoratorCheck(name string, run func(Wrap) error, wrap Wrap) error {
 
 // lifecycle is the inner picker the checks wrap: a working Balancer (it
 // picks the first backend of its set) with a Start and a Close that count
-// their calls and keep Start's context.
+// their calls and keep Start's context. Start keeps balancer.Lifecycle's
+// rules: balancer.ErrStarted after a first Start, balancer.ErrClosed
+// after Close.
 type lifecycle struct {
 	mu             sync.Mutex // writers only
 	set            atomic.Pointer[balancer.Set]
@@ -112,7 +119,12 @@ func (l *lifecycle) Pick(balancer.Request) (balancer.Backend, error) {
 }
 
 func (l *lifecycle) Start(ctx context.Context) error {
-	l.starts.Add(1)
+	switch l.starts.Add(1); {
+	case l.closes.Load() > 0:
+		return fmt.Errorf("balancertest: start: %w", balancer.ErrClosed)
+	case l.ctx.Load() != nil:
+		return fmt.Errorf("balancertest: start: %w", balancer.ErrStarted)
+	}
 	l.ctx.Store(&ctx)
 	return nil
 }
@@ -161,11 +173,12 @@ func checkDecoratorStart(wrap Wrap) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		return fmt.Errorf("Start: %w", err)
-	}
+	err = s.Start(ctx)
 	if n := inner.starts.Load(); n != 1 {
 		return fmt.Errorf("Start started the inner picker %d times, want 1", n)
+	}
+	if err != nil {
+		return fmt.Errorf("Start: %w", err)
 	}
 	got := *inner.ctx.Load()
 	cancel()
@@ -173,6 +186,35 @@ func checkDecoratorStart(wrap Wrap) error {
 	case <-got.Done():
 	case <-time.After(time.Second):
 		return errors.New("the inner picker's context did not end within 1s of the end of the one given to the decorator's Start")
+	}
+	return nil
+}
+
+func checkDecoratorRestart(wrap Wrap) error {
+	inner := &lifecycle{}
+	d, err := decorate(wrap, inner)
+	if err != nil {
+		return err
+	}
+	defer closeQuietly(d)
+	s, ok := d.(balancer.Starter)
+	c, ok2 := d.(io.Closer)
+	if !ok || !ok2 {
+		return fmt.Errorf("%T lacks Start or Close", d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		return fmt.Errorf("Start: %w", err)
+	}
+	if err := s.Start(ctx); !errors.Is(err, balancer.ErrStarted) {
+		return fmt.Errorf("a second Start returned %v, want an error wrapping balancer.ErrStarted (the inner picker's, passed on)", err)
+	}
+	if err := c.Close(); err != nil {
+		return fmt.Errorf("Close: %w", err)
+	}
+	if err := s.Start(ctx); !errors.Is(err, balancer.ErrClosed) {
+		return fmt.Errorf("Start after Close returned %v, want an error wrapping balancer.ErrClosed (the inner picker's, passed on)", err)
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ const (
 	decoWrongUnwrap          // Unwrap returns something else than the inner picker
 	decoNeedsStart           // Start fails around a picker without Start
 	decoPanics               // Start panics
+	decoSwallows             // Start that passes Start on and drops its error
 )
 
 // deco is a decorator that passes Pick and Update on, with the flaw f.
@@ -53,6 +54,9 @@ func (d *deco) start(ctx context.Context) error {
 		return s.Start(context.Background())
 	case d.f == decoTwice:
 		_ = s.Start(ctx)
+	case d.f == decoSwallows:
+		_ = s.Start(ctx)
+		return nil
 	}
 	return s.Start(ctx)
 }
@@ -126,6 +130,7 @@ func TestDecoratorKitCatchesFlaws(t *testing.T) {
 		{decoWrongUnwrap, "Unwrap to another", "Unwrap: balancer.As did not find the inner picker"},
 		{decoNeedsStart, "Start needs an inner Start", "Plain: Start around a picker without Start: deco: the inner picker has no Start"},
 		{decoPanics, "Start panics", "Start: panic: deco: start"},
+		{decoSwallows, "Start drops the inner error", "Restart: a second Start returned <nil>, want an error wrapping balancer.ErrStarted"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,8 +145,8 @@ func TestDecoratorKitCatchesFlaws(t *testing.T) {
 func TestDecoratorKitWrapFails(t *testing.T) {
 	err := balancertest.TestDecorator(func(balancer.Balancer) (balancer.Balancer, error) { return nil, errors.New("boom") })
 	require.Error(t, err)
-	assert.Equal(t, 4, strings.Count(err.Error(), "wrap: boom"))
+	assert.Equal(t, 5, strings.Count(err.Error(), "wrap: boom"))
 	err = balancertest.TestDecorator(func(balancer.Balancer) (balancer.Balancer, error) { return nil, nil })
 	require.Error(t, err)
-	assert.Equal(t, 4, strings.Count(err.Error(), "wrap returned a nil decorator"))
+	assert.Equal(t, 5, strings.Count(err.Error(), "wrap returned a nil decorator"))
 }
