@@ -245,37 +245,39 @@ func TestInvalidOptions(t *testing.T) {
 		msg  string
 	}{
 		{"vnodes 0", func() balancer.Balancer { return consistent.NewRing(consistent.WithVnodes(0)) },
-			"consistent: ring update: invalid option WithVnodes(0): want 1 to 16777216"},
+			"consistent: ring update: balancer: bad option: WithVnodes(0): want 1 to 16777216"},
 		{"vnodes too many", func() balancer.Balancer { return consistent.NewRing(consistent.WithVnodes(1 << 30)) },
-			"consistent: ring update: invalid option WithVnodes(1073741824): want 1 to 16777216"},
+			"consistent: ring update: balancer: bad option: WithVnodes(1073741824): want 1 to 16777216"},
 		{"ring size -1", func() balancer.Balancer { return consistent.NewRing(consistent.WithMaxRingSize(-1)) },
-			"consistent: ring update: invalid option WithMaxRingSize(-1): want 1 to 16777216"},
+			"consistent: ring update: balancer: bad option: WithMaxRingSize(-1): want 1 to 16777216"},
 		{"factor 1", func() balancer.Balancer { return consistent.NewRing(consistent.WithBoundedLoad(1)) },
-			"consistent: ring update: invalid option WithBoundedLoad(1): want a factor above 1 and at most 100"},
+			"consistent: ring update: balancer: bad option: WithBoundedLoad(1): want a factor above 1 and at most 100"},
 		{"factor 0.5", func() balancer.Balancer { return consistent.NewRing(consistent.WithBoundedLoad(0.5)) },
-			"consistent: ring update: invalid option WithBoundedLoad(0.5): want a factor above 1 and at most 100"},
+			"consistent: ring update: balancer: bad option: WithBoundedLoad(0.5): want a factor above 1 and at most 100"},
 		{"factor rounds to 1", func() balancer.Balancer { return consistent.NewRing(consistent.WithBoundedLoad(1.00001)) },
-			"consistent: ring update: invalid option WithBoundedLoad(1.00001): want a factor above 1 and at most 100"},
+			"consistent: ring update: balancer: bad option: WithBoundedLoad(1.00001): want a factor above 1 and at most 100"},
 		{"factor NaN", func() balancer.Balancer { return consistent.NewRing(consistent.WithBoundedLoad(nan())) },
-			"consistent: ring update: invalid option WithBoundedLoad(NaN): want a factor above 1 and at most 100"},
+			"consistent: ring update: balancer: bad option: WithBoundedLoad(NaN): want a factor above 1 and at most 100"},
 		{"factor 1000", func() balancer.Balancer { return consistent.NewRing(consistent.WithBoundedLoad(1000)) },
-			"consistent: ring update: invalid option WithBoundedLoad(1000): want a factor above 1 and at most 100"},
+			"consistent: ring update: balancer: bad option: WithBoundedLoad(1000): want a factor above 1 and at most 100"},
 		{"first invalid wins", func() balancer.Balancer {
 			return consistent.NewRing(consistent.WithVnodes(-5), consistent.WithBoundedLoad(0))
-		}, "consistent: ring update: invalid option WithVnodes(-5): want 1 to 16777216"},
+		}, "consistent: ring update: balancer: bad option: WithVnodes(-5): want 1 to 16777216"},
 		{"table not prime", func() balancer.Balancer { return consistent.NewMaglev(consistent.WithTableSize(65536)) },
-			"consistent: maglev update: invalid option WithTableSize(65536): want a prime no larger than 5000011"},
+			"consistent: maglev update: balancer: bad option: WithTableSize(65536): want a prime no larger than 5000011"},
 		{"table 1", func() balancer.Balancer { return consistent.NewMaglev(consistent.WithTableSize(1)) },
-			"consistent: maglev update: invalid option WithTableSize(1): want a prime no larger than 5000011"},
+			"consistent: maglev update: balancer: bad option: WithTableSize(1): want a prime no larger than 5000011"},
 		{"table too large", func() balancer.Balancer { return consistent.NewMaglev(consistent.WithTableSize(5000101)) },
-			"consistent: maglev update: invalid option WithTableSize(5000101): want a prime no larger than 5000011"},
+			"consistent: maglev update: balancer: bad option: WithTableSize(5000101): want a prime no larger than 5000011"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := tt.new()
 			for range 2 {
-				assert.EqualError(t, b.Update(balancer.Endpoints("a:1")), tt.msg)
-				_, err := b.Pick(balancer.Request{Key: "k"})
+				err := b.Update(balancer.Endpoints("a:1"))
+				assert.EqualError(t, err, tt.msg)
+				assert.ErrorIs(t, err, balancer.ErrBadOption)
+				_, err = b.Pick(balancer.Request{Key: "k"})
 				assert.True(t, errors.Is(err, balancer.ErrNoBackend))
 			}
 		})

@@ -1,7 +1,8 @@
 // Package consistent is consistent hashing: it maps a key (a session, a
 // user, a tenant, a cache key) to a backend so that the key keeps its
 // backend while the set changes, and only a small share of keys move when a
-// backend leaves or joins. The mapping depends only on the backends' IDs and
+// backend leaves or joins. The mapping depends only on the backends'
+// placement keys (their IDs, or their hash keys; see Hash keys) and
 // weights, so every process, and every restart, maps a key the same way;
 // golden vectors in the tests freeze it, so that a change of mapping
 // between lbkit versions is always deliberate and announced. Two pickers:
@@ -37,13 +38,18 @@
 //     retry, set Attempt to 1, 2, ... and Avoid to the ID of the backend
 //     that failed: attempt n gets the n-th distinct backend after the key's
 //     own (see Retries), the same in every process.
+//   - Hash keys (optional): a backend that may come back at another
+//     address with the same identity (a StatefulSet pod, a VM given a new
+//     IP) should carry a hash key (balancer.Endpoint.WithHashKey, or
+//     HashKey on your own type): it is placed by the key and keeps its
+//     keys. Keep hash keys unique within a set; see Hash keys.
 //   - Errors: neither picker reads the Result. A dead backend keeps its keys
 //     until it leaves the set; then the ring moves only its keys, and Maglev
 //     a few more (see Disruption). With bounded loads a dead backend whose
 //     connections are refused at once never fills up, so it also draws the
 //     keys that full backends spill: keep it out with health.
 //
-// Package github.com/lbkit/lbkit/examples/lbhttp does all of this for
+// Package github.com/lbkit/lbkit/lbhttp does all of this for
 // net/http: its Header and Cookie keys read a session or user ID (First
 // gives a fallback for requests without one), and its transport calls Done
 // when the body ends and retries with Attempt and Avoid set. Wrap the
@@ -67,17 +73,13 @@
 //     (see Disruption). Use it when lookups are hot and the set is stable,
 //     as in the network load balancers it was designed for.
 //
-// In lbkit's scenario simulator (go run ./bench/cmd/lbsim, seed 1; backends
-// answering in 50, 150, 300 and 500 ms, 100 closed-loop users, each its own
-// key), the ring served 370.7 requests/s, the ring with bounded loads
-// (c = 1.25) 391.9 and Maglev 380.0, against 285.6 for rr and 425.3 for
-// leastconn; with 16 request slots per backend (steady-cap), 349.1, 381.2
-// and 365.1. Affinity ignores load; bounded loads give some of it back.
-// When the fastest backend dies a minute in (scenario failure) without
-// health, the ring failed 32,368 requests over the run, Maglev 32,370 and
-// the bounded ring 71,039, as the dead backend, never full, drew spilled
-// keys too; with health's active checks and passive ejection in front, 1,
-// 1 and 5.
+// Affinity ignores load; bounded loads give some of it back. Without
+// health a dead backend keeps its keys, and with bounded loads it also
+// draws the keys that full backends spill, since a backend whose
+// connections are refused at once never fills up. lbsim's tables
+// (docs/results.md; go run ./bench/cmd/lbsim, where each virtual user is
+// a key of its own) set ring, ring-bounded (c = 1.25) and maglev beside
+// every other algorithm.
 //
 // # Ring
 //
@@ -92,9 +94,9 @@
 // xxhash of "<ID>_0", "<ID>_1", ..., the key format of Envoy's ring_hash
 // (source/common/upstream/ring_hash_lb.cc) and gRPC's ringhash
 // (balancer/ringhash/ring.go); the rings differ in size, so their mappings
-// do not coincide with lbkit's. With 150 points the shares of 64 backends
-// over 1M keys range from 0.81 to 1.17 of the mean (TestRingBalance); the
-// spread shrinks as 1/√points. The total is capped at 2²⁰ points
+// do not coincide with lbkit's. The spread of the backends' shares
+// shrinks as 1/√points (TestRingBalance bounds it for 64 backends over 1M
+// keys). The total is capped at 2²⁰ points
 // (WithMaxRingSize), as Envoy caps it with max_ring_size: past the cap the
 // counts are scaled down in proportion to weight, at least one per backend,
 // so weights up to balancer.MaxWeight cannot exhaust memory.
@@ -103,13 +105,12 @@
 // sorted points (17 dependent, mostly cache-missing reads at 153,600
 // points), a jump table indexes the points by the top k bits of their hash,
 // with 2^k about the number of points: the key's top bits give the range of
-// points that can hold its answer, under two on average, scanned in order.
-// At 1024 backends × 150 points the lookup alone cost about 0.2 of a bare
-// binary search over the same sorted hashes (slices.BinarySearch or
-// sort.Search): 32 against 140 ns in one run of BenchmarkRingLookup on a
-// 2-core AMD EPYC VM, which also sets the whole of Pick beside the hash and
-// a binary search. FuzzSearch checks the index against a scan of every
-// point.
+// points that can hold its answer, under two on average, scanned in order:
+// two reads where a binary search makes log₂ P dependent ones.
+// BenchmarkRingLookup sets the lookup beside a bare binary search over the
+// same sorted hashes (slices.BinarySearch), and the whole of Pick beside
+// the hash and a binary search. FuzzSearch checks the index against a scan
+// of every point.
 //
 // # Bounded loads
 //
@@ -123,8 +124,8 @@
 // with room, the one its retry would reach. Without pressure (each request
 // done before the next) every key maps exactly as on the plain ring
 // (TestBoundedNoPressure); with 1000 requests in flight for five hot keys on
-// 10 backends, no backend holds more than ⌈1.25·1000/10⌉ = 125, where the
-// plain ring puts over 200 on one (TestBoundedHotKeys).
+// 10 backends, no backend holds more than ⌈1.25·1000/10⌉ = 125
+// (TestBoundedHotKeys), where the plain ring piles them on a few.
 //
 // In-flight counts are balancer.InFlight counters kept in a balancer.Registry
 // by ID, so they survive updates, and the ring's total is one more atomic
@@ -153,29 +154,45 @@
 //
 // # Disruption
 //
-// What moves when the first of N backends leaves, over 100k keys
-// (BenchmarkUpdate reports both figures; they do not vary between runs):
-// the keys moved per key the leaving backend owned (1 is the least
-// possible: only its keys move), and in brackets the share of all keys
-// that moved although their backend stayed.
-//
-//	set                    ring          Maglev M=65537   Maglev M=655373
-//	64, weight 1           1.00 (0)      1.31 (0.50%)     1.07 (0.12%)
-//	256, weight 1          1.00 (0)      3.45 (1.02%)     1.56 (0.19%)
-//	1024, weight 1         1.00 (0)      6.68 (0.59%)     5.11 (0.33%)
-//	1024, weights 1-100    1.77 (0.12%)  5.67 (0.74%)     4.16 (0.41%)
-//
-// Below its size cap the ring moves only the leaving backend's keys, and a
-// joining backend takes keys only for itself (TestRingRemoveAndJoin).
-// Capped, as the weighted 1024 are (52,491 units of weight want 7.9M
-// points), a change of the total weight rescales every backend's points,
-// which moves a few keys between backends that stayed. Maglev rebuilds
-// its table, and some slots change hands between backends that stayed:
-// its aim is minimal, not zero, disruption. Those extra moves are a
-// fraction of a percent of all keys, so they weigh more against 1/N as N
-// grows; a larger table reduces them, as the paper says. Keep M above
+// When one of N backends leaves, the ring moves only its keys (1/N on
+// average), below its size cap, and a joining backend takes keys only for
+// itself (TestRingRemoveAndJoin). Capped (weights that want more than
+// WithMaxRingSize points), a change of the total weight rescales every
+// backend's points, which moves a few keys between backends that stayed.
+// Maglev rebuilds its table, and some slots change hands between backends
+// that stayed: its aim is minimal, not zero, disruption. Those extra
+// moves are a small share of all keys, so they weigh more against 1/N as
+// N grows; a larger table reduces them, as the paper says. Keep M above
 // 100·N where disruption matters; Update refuses sets of more than M/10
-// backends.
+// backends. BenchmarkUpdate reports both figures for the ring and for
+// Maglev at two table sizes, with 64, 256 and 1024 backends: the keys
+// moved per key the leaving backend owned (1 is the least possible), and
+// the share of all keys that moved although their backend stayed. They
+// are fixed by the hashes and do not vary between runs.
+//
+// # Hash keys
+//
+// A backend is placed by its ID, unless it has a hash key
+// (balancer.HashKeyer; the empty key means the ID): the ring's points are
+// then the xxhash of "<hash key>_<i>", and Maglev's permutation comes from
+// the hash key, exactly as for a backend whose ID is that key. This is
+// Envoy's hash_key (the "envoy.lb" metadata of an EDS endpoint, for
+// ring_hash and Maglev) and gRPC's endpoint hash key (gRFC A76). A backend
+// whose address changes while its hash key stays keeps every key and
+// every retry sequence, on the ring, the bounded ring and Maglev
+// (TestHashKeyKeepsPlace: 0 of 20,000 keys move when one of 64 backends,
+// or all of them, change address; without hash keys the same move sends
+// the mover's keys elsewhere). The ID remains what Pick returns and what
+// Done, Avoid and the bounded ring's in-flight counts go by: a moved
+// backend is a new backend to them, with a count of its own.
+//
+// Hash keys are read once per Update (balancer.HashKeys), never by Pick,
+// so they cost Pick nothing. Two backends with one placement key (two
+// equal hash keys, or a hash key equal to the ID of a backend without
+// one) would share every point of the ring: Update refuses the set with
+// an error wrapping balancer.ErrDuplicateHashKey that names both, and the
+// previous set stays. Without hash keys nothing changes: the golden
+// vectors hold.
 //
 // # Retries
 //
@@ -208,15 +225,12 @@
 //     the set's. A retry walks a few slots more (neighbouring slots mostly
 //     belong to different backends).
 //   - Ring Update: O(P) for P points (hashing, a radix sort, the index) and
-//     about 50 bytes a point allocated, 20 kept. Measured on a 2-core AMD
-//     EPYC VM (medians of 6 runs, ±10–30% noise; BenchmarkUpdate): 0.75,
-//     3.0 and 13 ms for 64, 256 and 1024 backends of weight 1 (153,600
-//     points, 3 MB), 103 ms for 1024 backends of weights 1 to 100 (capped
-//     at 2²⁰ points, 20 MB).
-//   - Maglev Update: O(M log M), measured likewise at about 4 ms for 65537
-//     slots at any set size with equal weights, 11 ms with weights 1 to
-//     100; 42–47 ms and 126 ms for 655373 slots. Memory: 8 bytes per slot,
-//     512 KB by default.
+//     about 50 bytes a point allocated, 20 kept: 1024 backends of weight 1
+//     are 153,600 points, 3 MB kept; at the cap of 2²⁰ points, 20 MB.
+//   - Maglev Update: O(M log M), whatever the set's size. Memory: 8 bytes
+//     per slot, 512 KB by default.
+//   - BenchmarkUpdate measures both at 64, 256 and 1024 backends, equal
+//     and unequal weights.
 //
 // Ring and Maglev are laid out in whole cache lines, so that the snapshot
 // pointer every Pick reads shares its line with nothing the caller

@@ -1,6 +1,7 @@
 package consistent_test
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/lbkit/lbkit/balancer"
@@ -101,4 +102,51 @@ func ExampleNewMaglev() {
 	fmt.Println(count)
 	// Output:
 	// map[10.0.0.1:80:2373 10.0.0.2:80:5007 10.0.0.3:80:2620]
+}
+
+// A backend with a hash key is placed by the key, not by its address: when
+// cache-1's pod comes back on a new IP with the same key, it keeps its
+// users. The ID, the new address, is what the pick returns.
+func Example_hashKey() {
+	r := consistent.NewRing()
+	set := func(addr1 string) []balancer.Backend {
+		return []balancer.Backend{
+			balancer.NewEndpoint("10.0.0.10:6379", 1).WithHashKey("cache-0"),
+			balancer.NewEndpoint(addr1, 1).WithHashKey("cache-1"),
+			balancer.NewEndpoint("10.0.0.12:6379", 1).WithHashKey("cache-2"),
+		}
+	}
+	users := []string{"alice", "bob", "carol", "dave", "erin", "frank"}
+	_ = r.Update(set("10.0.0.11:6379"))
+	for _, u := range users {
+		b, _ := r.Pick(balancer.Request{Key: u})
+		fmt.Println(u, "→", balancer.HashKeyOf(b), b.ID())
+	}
+	_ = r.Update(set("10.0.7.99:6379")) // cache-1 rescheduled
+	fmt.Println("after cache-1 moved:")
+	for _, u := range users {
+		b, _ := r.Pick(balancer.Request{Key: u})
+		fmt.Println(u, "→", balancer.HashKeyOf(b), b.ID())
+	}
+	// Two backends with one hash key are refused; the set stays.
+	err := r.Update([]balancer.Backend{
+		balancer.NewEndpoint("10.0.0.10:6379", 1).WithHashKey("cache-0"),
+		balancer.NewEndpoint("10.0.0.13:6379", 1).WithHashKey("cache-0"),
+	})
+	fmt.Println(errors.Is(err, balancer.ErrDuplicateHashKey))
+	// Output:
+	// alice → cache-0 10.0.0.10:6379
+	// bob → cache-1 10.0.0.11:6379
+	// carol → cache-1 10.0.0.11:6379
+	// dave → cache-2 10.0.0.12:6379
+	// erin → cache-1 10.0.0.11:6379
+	// frank → cache-0 10.0.0.10:6379
+	// after cache-1 moved:
+	// alice → cache-0 10.0.0.10:6379
+	// bob → cache-1 10.0.7.99:6379
+	// carol → cache-1 10.0.7.99:6379
+	// dave → cache-2 10.0.0.12:6379
+	// erin → cache-1 10.0.7.99:6379
+	// frank → cache-0 10.0.0.10:6379
+	// true
 }

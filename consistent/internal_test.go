@@ -106,7 +106,8 @@ func TestSearchMatchesScan(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{1, 2, 3, 64, 1024} {
 		t.Run(fmt.Sprint("n=", n), func(t *testing.T) {
-			s := buildRing(mustSet(balancer.Endpoints(addrs(n)...)), ringConfig{vnodes: 150, maxSize: defaultMaxRingSize})
+			set := mustSet(balancer.Endpoints(addrs(n)...))
+			s := buildRing(set, set.IDs, ringConfig{vnodes: 150, maxSize: defaultMaxRingSize})
 			require.Len(t, s.hashes, 150*n)
 			require.True(t, slices.IsSorted(s.hashes))
 			// The scan is O(points): keep each case near 10⁸ steps.
@@ -286,10 +287,11 @@ func TestMaglevSlotShares(t *testing.T) {
 func TestMaglevHeapMatchesLoop(t *testing.T) {
 	for _, n := range []int{1, 7, 100} {
 		bs := balancer.Endpoints(addrs(n)...)
-		loop := &maglevSnap{circle: newCircle(mustSet(bs)), size: 1031}
-		loop.populate()
-		heap := &maglevSnap{circle: newCircle(mustSet(bs)), size: 1031}
-		turns, _, maxW := heap.start()
+		set := mustSet(bs)
+		loop := &maglevSnap{circle: newCircle(set), size: 1031}
+		loop.populate(set.IDs)
+		heap := &maglevSnap{circle: newCircle(set), size: 1031}
+		turns, _, maxW := heap.start(set.IDs)
 		heap.populateWeighted(turns, maxW)
 		assert.Equal(t, loop.owner, heap.owner, "n=%d", n)
 	}
@@ -383,7 +385,8 @@ func TestBoundedTotalUnderRace(t *testing.T) {
 
 // The vnode key format is part of the mapping: "<ID>_<i>".
 func TestPointFormat(t *testing.T) {
-	s := buildRing(mustSet(balancer.Endpoints("a:1")), ringConfig{vnodes: 3, maxSize: defaultMaxRingSize})
+	set := mustSet(balancer.Endpoints("a:1"))
+	s := buildRing(set, set.IDs, ringConfig{vnodes: 3, maxSize: defaultMaxRingSize})
 	want := []uint64{xxhash.Sum64String("a:1_0"), xxhash.Sum64String("a:1_1"), xxhash.Sum64String("a:1_2")}
 	slices.Sort(want)
 	assert.Equal(t, want, s.hashes)

@@ -65,14 +65,17 @@ func NewMaglev(opts ...MaglevOption) *Maglev {
 // it keeps the previous set. It also returns, every time, the error of an
 // invalid option given to NewMaglev.
 //
-// The table depends only on the backends' IDs and weights, not on the
-// order of the set, and is the same in every process. Weights are honoured:
+// The table depends only on the backends' placement keys (each one's hash
+// key, balancer.HashKeyer, or by default its ID) and weights, not on the
+// order of the set nor, for a backend with a hash key, on its ID, and is
+// the same in every process. Two backends with one placement key are
+// refused (balancer.ErrDuplicateHashKey). Weights are honoured:
 // a backend of weight w gets about w/W of the slots (W the total weight),
 // and never less than one.
 //
 // Cost: O(M log M) for M slots when weights are equal (the paper's
 // population), plus up to n checks per round of turns when they differ;
-// see the package doc for measured times. Memory: 8 bytes per slot.
+// BenchmarkUpdate measures it. Memory: 8 bytes per slot.
 func (m *Maglev) Update(bs []balancer.Backend) error {
 	if m.cfg.err != nil {
 		return fmt.Errorf("consistent: maglev update: %w", m.cfg.err)
@@ -87,9 +90,13 @@ func (m *Maglev) Update(bs []balancer.Backend) error {
 		return fmt.Errorf("consistent: maglev update: %d backends need a table of at least %d slots, %d per backend; this one has %d (see WithTableSize)",
 			set.Len(), uint64(set.Len())*slotsPerBackend, slotsPerBackend, m.cfg.size)
 	}
+	keys, err := balancer.HashKeys(set)
+	if err != nil {
+		return fmt.Errorf("consistent: maglev update: %w", err)
+	}
 	s := &maglevSnap{circle: newCircle(set), size: m.cfg.size}
 	if set.Len() > 0 {
-		s.populate()
+		s.populate(keys)
 		s.setGaps()
 	}
 	m.snap.Store(s)
@@ -101,7 +108,7 @@ func (m *Maglev) Update(bs []balancer.Backend) error {
 // along it is, and when its next turn comes.
 type turn struct {
 	owner  int32
-	rank   int32  // position of its ID in ID order: the order of turns within a round
+	rank   int32  // position of its key in key order: the order of turns within a round
 	next   uint64 // the next slot of its permutation
 	skip   uint64
 	weight uint64
@@ -111,23 +118,24 @@ type turn struct {
 
 // populate fills the table as in the paper's Pseudocode 1: backends take
 // turns, each claiming the next slot of its own permutation that is still
-// free, until every slot is taken. offset = h₀(ID) mod M and
-// skip = h₁(ID) mod (M−1) + 1, with h₀ and h₁ xxhash under seeds 0 and 1;
-// since M is prime every skip is coprime with it and each permutation
-// visits every slot.
+// free, until every slot is taken. offset = h₀(key) mod M and
+// skip = h₁(key) mod (M−1) + 1, with h₀ and h₁ xxhash under seeds 0 and 1
+// and key the backend's placement key, keys[i] (its ID by default); since
+// M is prime every skip is coprime with it and each permutation visits
+// every slot.
 //
-// Within a round backends take turns in the order of their IDs, so the
+// Within a round backends take turns in the order of their keys, so the
 // order of the set does not matter. Weights follow Envoy's Maglev: a
 // backend of weight w takes its k-th turn in round ⌈k·maxW/w⌉, so the
 // heaviest takes one every round and the others w for every maxW rounds.
 // In round 0 every backend takes one, so each has at least one slot.
-func (s *maglevSnap) populate() {
-	turns, minW, maxW := s.start()
+func (s *maglevSnap) populate(keys []string) {
+	turns, minW, maxW := s.start(keys)
 	if minW < maxW {
 		s.populateWeighted(turns, maxW)
 		return
 	}
-	// Equal weights: every backend takes a turn every round, in ID order.
+	// Equal weights: every backend takes a turn every round, in key order.
 	for filled := uint64(0); ; {
 		for i := range turns {
 			s.claim(&turns[i])
@@ -140,7 +148,7 @@ func (s *maglevSnap) populate() {
 
 // start makes an empty table and every backend's turn, sorted by rank, and
 // returns them with the smallest and largest weight.
-func (s *maglevSnap) start() (turns []turn, minW, maxW uint64) {
+func (s *maglevSnap) start(keys []string) (turns []turn, minW, maxW uint64) {
 	var d xxhash.Digest
 	hash := func(id string, seed uint64) uint64 {
 		d.ResetWithSeed(seed)
@@ -152,13 +160,13 @@ func (s *maglevSnap) start() (turns []turn, minW, maxW uint64) {
 	for i := range s.backends {
 		t := &turns[i]
 		t.owner = int32(i)
-		t.next = hash(s.ids[i], 0) % s.size
-		t.skip = hash(s.ids[i], 1)%(s.size-1) + 1
+		t.next = hash(keys[i], 0) % s.size
+		t.skip = hash(keys[i], 1)%(s.size-1) + 1
 		t.weight = uint64(s.weights[i])
 		minW, maxW = min(minW, t.weight), max(maxW, t.weight)
 	}
 	slices.SortFunc(turns, func(a, b turn) int {
-		return strings.Compare(s.ids[a.owner], s.ids[b.owner])
+		return strings.Compare(keys[a.owner], keys[b.owner])
 	})
 	for i := range turns {
 		turns[i].rank = int32(i)
@@ -252,7 +260,9 @@ func (m *Maglev) Pick(req balancer.Request) (balancer.Backend, error) {
 	}
 	slot, _ := bits.Mul64(xxhash.Sum64String(req.Key), s.size)
 	o := s.owner[slot]
-	if req.Attempt != 0 || s.ids[o] == req.Avoid {
+	// A first try with no Avoid, the common case, reads no ID: the owner's
+	// ID is another cache line, and Avoid is "" for it anyway.
+	if req.Attempt != 0 || req.Avoid != "" && s.ids[o] == req.Avoid {
 		q, _, _ := s.target(int(slot), req.Attempt, req.Avoid)
 		o = s.owner[q]
 	}

@@ -3,6 +3,8 @@ package consistent
 import (
 	"fmt"
 	"math"
+
+	"github.com/lbkit/lbkit/balancer"
 )
 
 // Defaults and limits of the options.
@@ -53,13 +55,13 @@ type maglevOptionFunc func(*maglevConfig)
 
 func (f maglevOptionFunc) applyMaglev(c *maglevConfig) { f(c) }
 
-// invalid records the first invalid option. Options cannot fail where they
-// are written, and must not panic, so the error waits for Update, which
-// returns it every time: the Ring or Maglev stays empty and Pick returns
-// balancer.ErrNoBackend.
-func invalid(err *error, format string, args ...any) {
+// invalid records the first invalid option (balancer.BadOption). Options
+// cannot fail where they are written, and must not panic, so the error
+// waits for Update, which returns it every time: the Ring or Maglev stays
+// empty and Pick returns balancer.ErrNoBackend.
+func invalid(err *error, option string, value any, want string) {
 	if *err == nil {
-		*err = fmt.Errorf("invalid option "+format, args...)
+		*err = balancer.BadOption(option, value, want)
 	}
 }
 
@@ -97,7 +99,7 @@ func WithMaxRingSize(n int) RingOption {
 // points in [1, 2²⁴], and records the error if not.
 func countOK(c *ringConfig, option string, n int) bool {
 	if n < 1 || n > maxRingSizeLimit {
-		invalid(&c.err, "%s(%d): want 1 to %d", option, n, maxRingSizeLimit)
+		invalid(&c.err, option, n, fmt.Sprintf("1 to %d", maxRingSizeLimit))
 		return false
 	}
 	return true
@@ -123,7 +125,7 @@ func WithBoundedLoad(c float64) RingOption {
 	return ringOptionFunc(func(cfg *ringConfig) {
 		// Written so that NaN fails too.
 		if !(c > 1 && c <= maxFactor) || math.Round(c*factorScale) <= factorScale {
-			invalid(&cfg.err, "WithBoundedLoad(%v): want a factor above 1 and at most %d", c, maxFactor)
+			invalid(&cfg.err, "WithBoundedLoad", c, fmt.Sprintf("a factor above 1 and at most %d", maxFactor))
 			return
 		}
 		cfg.factor = uint64(math.Round(c * factorScale))
@@ -141,7 +143,7 @@ func WithBoundedLoad(c float64) RingOption {
 func WithTableSize(m int) MaglevOption {
 	return maglevOptionFunc(func(c *maglevConfig) {
 		if m < 2 || m > maxTableSize || !isPrime(uint64(m)) {
-			invalid(&c.err, "WithTableSize(%d): want a prime no larger than %d", m, maxTableSize)
+			invalid(&c.err, "WithTableSize", m, fmt.Sprintf("a prime no larger than %d", maxTableSize))
 			return
 		}
 		c.size = uint64(m)

@@ -87,9 +87,12 @@ func NewRing(opts ...RingOption) *Ring {
 // an invalid option given to NewRing.
 //
 // Each backend gets vnodes·weight points, each placed at the xxhash of
-// "<ID>_<i>" for i = 0, 1, ..., so a backend's points depend on its ID and
-// weight only, never on the rest of the set or its order, and are the same
-// in every process. When the total would pass the ring's size cap, every
+// "<key>_<i>" for i = 0, 1, ..., where key is the backend's hash key
+// (balancer.HashKeyer) or, by default, its ID, so a backend's points depend
+// on its key and weight only, never on the rest of the set or its order,
+// and are the same in every process. A backend whose ID changes while its
+// hash key stays keeps its points, and so its keys. Two backends with one
+// placement key are refused (balancer.ErrDuplicateHashKey). When the total would pass the ring's size cap, every
 // count is scaled down in proportion (at least one point each); a
 // backend's points are then a prefix of its uncapped ones.
 //
@@ -98,7 +101,7 @@ func NewRing(opts ...RingOption) *Ring {
 // and its Done still finds its counter.
 //
 // Cost: O(P) for P points (hashing them, a radix sort, the index), plus
-// sorting the n IDs; see the package doc for measured times. Memory: about
+// sorting the n IDs; BenchmarkUpdate measures it. Memory: about
 // 20 bytes per point kept, and 32 more while building.
 func (r *Ring) Update(bs []balancer.Backend) error {
 	if r.cfg.err != nil {
@@ -110,7 +113,11 @@ func (r *Ring) Update(bs []balancer.Backend) error {
 	if err != nil {
 		return fmt.Errorf("consistent: ring update: %w", err)
 	}
-	s := buildRing(set, r.cfg)
+	keys, err := balancer.HashKeys(set)
+	if err != nil {
+		return fmt.Errorf("consistent: ring update: %w", err)
+	}
+	s := buildRing(set, keys, r.cfg)
 	if r.cfg.factor > 0 {
 		s.states = r.reg.Sync(s.backends)
 	}
@@ -124,8 +131,9 @@ type point struct {
 	owner int32
 }
 
-// buildRing places every backend's points, sorts them and indexes them.
-func buildRing(set balancer.Set, cfg ringConfig) *ringSnap {
+// buildRing places every backend's points, by keys[i] for backend i (its
+// placement key, see balancer.HashKeys), sorts them and indexes them.
+func buildRing(set balancer.Set, keys []string, cfg ringConfig) *ringSnap {
 	s := &ringSnap{circle: newCircle(set)}
 	weights := make([]uint64, set.Len())
 	var total uint64 // at most n·MaxWeight: no overflow
@@ -139,18 +147,19 @@ func buildRing(set balancer.Set, cfg ringConfig) *ringSnap {
 	for _, c := range counts {
 		size += c
 	}
-	// Points are made in the order of the backends' IDs and the sort is
-	// stable, so ties between hashes (one in 2⁶⁴ per pair) are broken by
-	// ID, not by position in the set: the order of the set does not matter.
-	byID := make([]int32, len(s.ids))
-	for i := range byID {
-		byID[i] = int32(i)
+	// Points are made in the order of the backends' placement keys and
+	// the sort is stable, so ties between hashes (one in 2⁶⁴ per pair) are
+	// broken by key, not by position in the set: the order of the set does
+	// not matter, nor, for a backend with a hash key, its ID.
+	byKey := make([]int32, len(keys))
+	for i := range byKey {
+		byKey[i] = int32(i)
 	}
-	slices.SortFunc(byID, func(a, b int32) int { return strings.Compare(s.ids[a], s.ids[b]) })
+	slices.SortFunc(byKey, func(a, b int32) int { return strings.Compare(keys[a], keys[b]) })
 	points := make([]point, 0, size)
 	var buf []byte
-	for _, i := range byID {
-		buf = append(append(buf[:0], s.ids[i]...), '_')
+	for _, i := range byKey {
+		buf = append(append(buf[:0], keys[i]...), '_')
 		n := len(buf)
 		for j := range counts[i] {
 			buf = strconv.AppendUint(buf[:n], j, 10)
@@ -181,8 +190,9 @@ func buildRing(set balancer.Set, cfg ringConfig) *ringSnap {
 // sortPoints sorts points by hash, stably, with a least-significant-digit
 // radix sort: eight passes of one byte each, every pass counting the
 // byte's values and then moving each point to its place in a scratch copy.
-// That is O(P) against the O(P log P) of a comparison sort, and about five
-// times faster than slices.SortFunc at 153,600 points (1024 backends).
+// That is O(P) against the O(P log P) of a comparison sort such as
+// slices.SortFunc; BenchmarkUpdate times the ring's Update, of which the
+// sort is a part (153,600 points at 1024 backends).
 func sortPoints(points []point) {
 	src, dst := points, make([]point, len(points))
 	for shift := 0; shift < 64; shift += 8 {
@@ -304,7 +314,7 @@ func (r *Ring) Pick(req balancer.Request) (balancer.Backend, error) {
 	}
 	p := s.search(h)
 	o := s.owner[p]
-	if req.Attempt != 0 || s.ids[o] == req.Avoid {
+	if req.Attempt != 0 || req.Avoid != "" && s.ids[o] == req.Avoid { // as in Maglev.Pick
 		q, _, _ := s.target(p, req.Attempt, req.Avoid)
 		o = s.owner[q]
 	}

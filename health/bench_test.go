@@ -8,17 +8,18 @@ import (
 
 	"github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/balancer/balancertest"
-	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/catalog"
 	"github.com/lbkit/lbkit/health"
 )
 
 // BenchmarkPick measures Pick+Done for every algorithm, bare and wrapped,
 // so that the decorator's cost reads off one run:
-// algo=<name>/wrap=bare|health|ramping/n=<size>/mode=serial|parallel.
-// ramping is health with one backend of the set ramping up under slow
-// start, the slowest path of Pick.
+// algo=<name>/wrap=bare|health|failrate|ramping/n=<size>/mode=serial|parallel.
+// failrate is health with Config.FailureRate on, so that every Done
+// counts toward a failure rate; ramping is health with one backend of the
+// set ramping up under slow start, the slowest path of Pick.
 func BenchmarkPick(b *testing.B) {
-	for _, a := range bench.Algorithms() {
+	for _, a := range catalog.Algorithms() {
 		opt := balancertest.BenchOptions{Weighted: a.Weighted}
 		b.Run("algo="+a.Name, func(b *testing.B) {
 			b.Run("wrap=bare", func(b *testing.B) {
@@ -27,6 +28,15 @@ func BenchmarkPick(b *testing.B) {
 			b.Run("wrap=health", func(b *testing.B) {
 				balancertest.Benchmark(b, func() balancer.Balancer {
 					h, err := health.New(a.New(), health.Config{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					return h
+				}, opt)
+			})
+			b.Run("wrap=failrate", func(b *testing.B) {
+				balancertest.Benchmark(b, func() balancer.Balancer {
+					h, err := health.New(a.New(), health.Config{FailureRate: &health.FailureRateCheck{}})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -73,7 +83,7 @@ func (r *ramping) Update(bs []balancer.Backend) error {
 // BenchmarkInnerUpdate measures what one ejection costs the inner picker:
 // an Update of 1024 backends that drops one, or brings it back.
 func BenchmarkInnerUpdate(b *testing.B) {
-	for _, a := range bench.Algorithms() {
+	for _, a := range catalog.Algorithms() {
 		b.Run("algo="+a.Name+"/n=1024", func(b *testing.B) {
 			full := benchSet(1024, a.Weighted)
 			less := full[1:]
@@ -116,7 +126,7 @@ func benchSet(n int, weighted bool) []balancer.Backend {
 // It reports the mean as ns/eject and the worst as max-ns/eject; ns/op
 // also counts bringing the backend back.
 func BenchmarkEject(b *testing.B) {
-	for _, a := range bench.Algorithms() {
+	for _, a := range catalog.Algorithms() {
 		for _, n := range []int{64, 1024} {
 			b.Run(fmt.Sprintf("algo=%s/n=%d", a.Name, n), func(b *testing.B) {
 				w := &watched{Balancer: a.New(), updated: make(chan int, 1)}

@@ -13,15 +13,13 @@ import (
 var (
 	// ErrConfig reports a Config that New refuses; the message names the
 	// field and the value at fault.
-	ErrConfig = errors.New("health: invalid config")
+	// It wraps balancer.ErrBadOption, as every lbkit refusal of a
+	// configuration does.
+	ErrConfig = fmt.Errorf("health: invalid config: %w", balancer.ErrBadOption)
 	// ErrUnknownBackend reports an ID given to Drain, Maintenance or
-	// Enable that is not in the current set.
-	ErrUnknownBackend = errors.New("health: unknown backend")
-	// ErrClosed is returned by Start after Close, or after the context of
-	// an earlier Start was cancelled.
-	ErrClosed = errors.New("health: closed")
-	// ErrStarted is returned by a second Start.
-	ErrStarted = errors.New("health: already started")
+	// Enable that is not in the current set. It is balancer's, so that a
+	// discovery source can tell it from other errors through any Admin.
+	ErrUnknownBackend = balancer.ErrUnknownBackend
 	// ErrProbe marks a probe that reached the backend but did not like the
 	// answer: an HTTP status outside the accepted range, or a body without
 	// the expected text.
@@ -39,6 +37,12 @@ const (
 	DefaultMaxEjectionTime     = 300 * time.Second
 	DefaultMaxEjectedPercent   = 50
 	DefaultSlowStartMinPercent = 10
+
+	// Failure-percentage ejection (FailureRateCheck).
+	DefaultFailureRateInterval      = 10 * time.Second
+	DefaultFailureRateThreshold     = 85
+	DefaultFailureRateRequestVolume = 50
+	DefaultFailureRateMinimumHosts  = 3
 )
 
 // MinInterval is the shortest probe Interval New accepts: a shorter one is
@@ -102,7 +106,8 @@ type Config struct {
 	ConsecutiveFailures int
 	// BaseEjectionTime is how long a first ejection lasts. The k-th
 	// ejection in a row lasts k times as long, up to MaxEjectionTime; k
-	// falls by one for each BaseEjectionTime a backend stays in. Default
+	// falls by one for each BaseEjectionTime a backend stays in, counted
+	// from its return once it is off trial (see NoTrial). Default
 	// 30s (Envoy's base_ejection_time). Any value up to the largest
 	// time.Duration works: a huge one means "until the probes bring it
 	// back".
@@ -125,6 +130,30 @@ type Config struct {
 	IsFailure func(balancer.Result) bool
 	// NoEjection turns passive checks off: Done only passes results on.
 	NoEjection bool
+	// NoTrial ends the trial that follows an ejection: a backend whose
+	// ejection ends (its time runs out, or Rise probes pass) is back in
+	// full at once, as in Envoy's outlier detection. Default false: it
+	// comes back on trial, taking one request at a time until one
+	// succeeds, and a trial request that fails ejects it again at once,
+	// for its next, longer ejection time (Finagle's failure accrual,
+	// whose revived node takes a single probing request; a circuit
+	// breaker's half-open state). A probe that passes says the backend
+	// answers its health check, not that it serves requests; the trial
+	// asks a request. See the package documentation.
+	NoTrial bool
+	// FailureRate turns on failure-percentage ejection (Envoy's
+	// failure_percentage outlier detection): once per interval, a backend
+	// whose share of failed requests reaches a threshold is ejected, as
+	// a run of ConsecutiveFailures would eject it, under the same
+	// MaxEjectedPercent cap and with the same return (ejection time,
+	// trial, slow start), with ReasonFailureRate. It catches a backend
+	// that fails often but never many times in a row: one request in
+	// three, say. Default nil: off, as in Envoy (whose
+	// enforcing_failure_percentage defaults to 0) and gRPC (whose
+	// failure_percentage_ejection is off unless configured); it costs
+	// every Done a map read and an atomic add. &FailureRateCheck{} turns
+	// it on with the defaults. NoEjection turns it off too.
+	FailureRate *FailureRateCheck
 
 	// Recovery.
 
@@ -152,6 +181,36 @@ type Config struct {
 	Rand func() uint64
 }
 
+// FailureRateCheck configures failure-percentage ejection (see
+// Config.FailureRate). Its zero value means the defaults, each with its
+// anchor in Envoy's outlier detection.
+type FailureRateCheck struct {
+	// Interval is how often the share of failures is judged, over the
+	// requests whose Done came since the last judgement. Default 10s
+	// (Envoy's interval). Must be at least MinInterval.
+	Interval time.Duration
+	// Threshold is the share of failed requests, in percent, 1 to 100,
+	// at or above which a backend is ejected. Default 85 (Envoy's
+	// failure_percentage_threshold): a backend failing most of its
+	// requests. A lower one catches more: 20 ejects a backend failing
+	// one request in three, and also one failing one in five.
+	Threshold int
+	// RequestVolume is how many requests a backend must have finished in
+	// the interval (Done, not abandoned) to be judged at all: fewer say
+	// too little. Default 50 (Envoy's failure_percentage_request_volume).
+	RequestVolume int
+	// MinimumHosts is how many backends, eligible and with RequestVolume
+	// requests in the interval, there must be for any of them to be
+	// judged. Default 3, not Envoy's 5 (failure_percentage_minimum_hosts):
+	// with Envoy's figure a set of four backends, a common size and the
+	// one lbkit's scenarios use, would never be judged, and nothing would
+	// say so. At 3, a backend ejected on its failure rate takes out at
+	// most a third of the traffic that was judged, and a set of one or two
+	// backends, where an ejection sends everything to what is left, is not
+	// judged. Set 1 to judge any set; set 5 for Envoy's rule.
+	MinimumHosts int
+}
+
 // settings is a Config with its defaults filled in and checked.
 type settings struct {
 	probe               Prober
@@ -163,13 +222,25 @@ type settings struct {
 	baseEject, maxEject time.Duration
 	maxEjectedPercent   int
 	isFailure           func(balancer.Result) bool
+	anyError            bool // isFailure is the default: a failure is r.Err != nil
 	passive             bool
+	trial               bool
 	slowStart           time.Duration
 	slowStartMin        float64
 	onChange            func(Change)
 	clock               Clock
 	rand                func() uint64
 	lazyApplier         bool // Clock was nil: Done may start an applier
+	rate                rateSettings
+}
+
+// rateSettings is a FailureRateCheck with its defaults filled in.
+type rateSettings struct {
+	on        bool // Config.FailureRate was set and passive checks are on
+	interval  time.Duration
+	threshold int64 // percent
+	volume    int64
+	minHosts  int
 }
 
 // realClock is the default Clock.
@@ -191,6 +262,7 @@ func (c Config) resolve() (settings, error) {
 		probe:       c.Probe,
 		initialDown: c.InitialDown,
 		passive:     !c.NoEjection,
+		trial:       !c.NoTrial,
 		onChange:    c.OnChange,
 		clock:       c.Clock,
 		rand:        c.Rand,
@@ -247,6 +319,14 @@ func (c Config) resolve() (settings, error) {
 		return bad("SlowStartMinPercent is %d, want 1 to 100", minPct)
 	}
 	s.slowStartMin = float64(minPct) / 100
+	if c.FailureRate != nil {
+		r, err := c.FailureRate.resolve()
+		if err != nil {
+			return bad("%v", err)
+		}
+		r.on = s.passive
+		s.rate = r
+	}
 	if v, ok := c.Probe.(validator); ok {
 		if err := v.validate(); err != nil {
 			return bad("Probe: %v", err)
@@ -260,9 +340,33 @@ func (c Config) resolve() (settings, error) {
 		s.rand = rand.Uint64
 	}
 	if s.isFailure == nil {
-		s.isFailure = anyError
+		s.isFailure, s.anyError = anyError, true
 	}
 	return s, nil
+}
+
+// resolve checks c and fills in its defaults; its error names the field.
+func (c FailureRateCheck) resolve() (rateSettings, error) {
+	switch {
+	case c.Interval < 0:
+		return rateSettings{}, fmt.Errorf("FailureRate.Interval is %v, want 0 (the default) or more", c.Interval)
+	case c.Threshold < 0 || c.Threshold > 100:
+		return rateSettings{}, fmt.Errorf("FailureRate.Threshold is %d, want 1 to 100, or 0 for the default", c.Threshold)
+	case c.RequestVolume < 0:
+		return rateSettings{}, fmt.Errorf("FailureRate.RequestVolume is %d, want 0 (the default) or more", c.RequestVolume)
+	case c.MinimumHosts < 0:
+		return rateSettings{}, fmt.Errorf("FailureRate.MinimumHosts is %d, want 0 (the default) or more", c.MinimumHosts)
+	}
+	r := rateSettings{
+		interval:  orDefault(c.Interval, DefaultFailureRateInterval),
+		threshold: int64(orDefault(c.Threshold, DefaultFailureRateThreshold)),
+		volume:    int64(orDefault(c.RequestVolume, DefaultFailureRateRequestVolume)),
+		minHosts:  orDefault(c.MinimumHosts, DefaultFailureRateMinimumHosts),
+	}
+	if r.interval < MinInterval {
+		return rateSettings{}, fmt.Errorf("FailureRate.Interval is %v, want at least %v", r.interval, MinInterval)
+	}
+	return r, nil
 }
 
 // anyError is the default IsFailure.

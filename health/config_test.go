@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/health"
 	"github.com/lbkit/lbkit/rr"
 )
@@ -44,6 +45,7 @@ func TestInvalidConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h, err := health.New(rr.New(), tt.cfg)
 			require.ErrorIs(t, err, health.ErrConfig)
+			require.ErrorIs(t, err, balancer.ErrBadOption)
 			assert.Nil(t, h)
 			assert.Contains(t, err.Error(), tt.want)
 			assert.Contains(t, err.Error(), "health: invalid config: ")

@@ -49,13 +49,13 @@ func TestDecoratorLifecycle(t *testing.T) {
 		require.NoError(t, h.Start(ctx))
 		assert.Equal(t, int64(1), inner.starts.Load(), "Start reaches the inner picker")
 		assert.Equal(t, ctx, *inner.ctx.Load(), "with Start's context")
-		assert.ErrorIs(t, h.Start(ctx), health.ErrStarted)
+		assert.ErrorIs(t, h.Start(ctx), balancer.ErrStarted)
 		assert.Equal(t, int64(1), inner.starts.Load(), "a refused Start does not reach it")
 
 		require.NoError(t, h.Close())
 		require.NoError(t, h.Close())
 		assert.Equal(t, int64(1), inner.closes.Load(), "Close reaches the inner picker once")
-		assert.ErrorIs(t, h.Start(ctx), health.ErrClosed)
+		assert.ErrorIs(t, h.Start(ctx), balancer.ErrClosed)
 		assert.Equal(t, int64(1), inner.starts.Load(), "Start after Close does not reach it")
 	})
 	t.Run("close without start", func(t *testing.T) {

@@ -2,6 +2,7 @@ package health_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -130,5 +131,40 @@ func ExampleBalancer_Drain() {
 	// Output:
 	// 10.0.0.2:8080
 	// 10.0.0.2:8080
-	// health: unknown backend "10.0.0.9:8080"
+	// balancer: unknown backend "10.0.0.9:8080"
+}
+
+// A backend failing one request in three never fails five in a row, so
+// consecutive-failure ejection leaves it in; failure-percentage ejection,
+// with a threshold of 20%, takes it out at the end of the interval. The
+// Clock is moved by hand and Apply makes the judgement.
+func ExampleFailureRateCheck() {
+	c := &clock{t: time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)}
+	h, err := health.New(rr.New(rr.WithRand(func() uint64 { return 0 })), health.Config{
+		Clock:       c,
+		OnChange:    func(ch health.Change) { fmt.Println(ch.At.Format("15:04:05"), ch) },
+		FailureRate: &health.FailureRateCheck{Threshold: 20}, // the rest: Envoy's defaults, MinimumHosts 3
+	})
+	if err != nil {
+		panic(err)
+	}
+	bs := balancer.Endpoints("10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080")
+	if err := h.Update(bs); err != nil {
+		panic(err)
+	}
+	for i := range 300 { // 100 requests each; every third one to 10.0.0.2 fails
+		b, _ := h.Pick(balancer.Request{})
+		var r balancer.Result
+		if b == bs[1] && i%9 == 1 {
+			r.Err = errors.New("503")
+		}
+		h.Done(b, r)
+	}
+	h.Apply()
+	c.t = c.t.Add(health.DefaultFailureRateInterval)
+	h.Apply()
+	fmt.Println(h.View().Backends[1].State)
+	// Output:
+	// 12:00:10 10.0.0.2:8080: up -> ejected (failure rate): health: 34 of 100 requests failed in the interval, at or above the threshold of 20%
+	// ejected
 }

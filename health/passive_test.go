@@ -57,7 +57,8 @@ func TestFailuresBelowThresholdChangeNothing(t *testing.T) {
 }
 
 // Each ejection in a row lasts one base time longer, up to the maximum;
-// time spent in lowers the multiplier again.
+// time spent in, once a request has succeeded (the trial), lowers the
+// multiplier again.
 func TestEjectionTimeGrowsAndDecays(t *testing.T) {
 	r := newRig(t, nil, health.Config{BaseEjectionTime: 10 * time.Second, MaxEjectionTime: 35 * time.Second}, 4)
 	var got []time.Duration
@@ -78,6 +79,8 @@ func TestEjectionTimeGrowsAndDecays(t *testing.T) {
 	// lasts 2 base times.
 	assert.Equal(t, 4, r.state(2).Ejections)
 	r.clock.Advance(30 * time.Second)
+	assert.Equal(t, 4, r.state(2).Ejections, "no decay on trial: the time is no time in")
+	r.h.Done(r.bs[2], balancer.Result{Latency: time.Millisecond}) // the trial passes
 	assert.Equal(t, 1, r.state(2).Ejections)
 	r.fail(2, 5, errFail)
 	assert.Equal(t, 20*time.Second, r.state(2).EjectedUntil.Sub(r.clock.Now()))

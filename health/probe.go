@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/lbkit/lbkit/balancer"
 )
@@ -180,4 +182,119 @@ func (p *httpProber) Probe(ctx context.Context, b balancer.Backend) error {
 		return fmt.Errorf("%w: %s %s: body does not contain %q", ErrProbe, p.c.Method, url, p.c.BodyContains)
 	}
 	return nil
+}
+
+// Observe feeds one active-check result for the backend with this ID, as
+// if the prober had produced it: nil is a pass, anything else a failure.
+// It counts toward Rise and Fall exactly like a probe, and a change it
+// causes is applied by the applier, or by the next Apply. Observe for an
+// ID not in the set, or in maintenance, does nothing.
+//
+// The probers Start runs call the same code. The scenario simulator calls
+// Observe directly, with a virtual Clock and no Start.
+func (h *Balancer) Observe(id string, err error) {
+	n := h.cur.Load().byID[id]
+	if n == nil || n.flags.Load()&flagLive == 0 {
+		return
+	}
+	h.observe(n, err)
+}
+
+func (h *Balancer) observe(n *node, err error) {
+	f := n.flags.Load()
+	if f&flagMaint != 0 {
+		return
+	}
+	if err != nil {
+		n.setErr(&n.probeErr, err)
+		n.passes.Store(0)
+	} else {
+		n.setErr(&n.probeErr, nil)
+		if f&flagEjected != 0 && n.passes.Add(1) == int64(h.s.rise) {
+			h.request() // enough passes to un-eject
+		}
+	}
+	for {
+		old := n.verdict.Load()
+		up := old&upBit != 0
+		next := old & upBit // a result that agrees ends the streak
+		flipped := false
+		if (err == nil) != up {
+			streak, need := old&streakMask+1, uint64(h.s.fall)
+			if !up {
+				need = uint64(h.s.rise)
+			}
+			if streak >= need {
+				next, flipped = (old&upBit)^upBit, true
+			} else {
+				next = old&upBit | streak
+			}
+		}
+		if old == next || n.verdict.CompareAndSwap(old, next) {
+			if flipped {
+				h.request()
+			}
+			return
+		}
+	}
+}
+
+// startProber starts probing n if probing is configured, Start was called,
+// and n is not in maintenance. h.mu must be held.
+func (h *Balancer) startProber(n *node) {
+	if h.s.probe == nil || n.stopProbe != nil || n.admin == Maintenance {
+		return
+	}
+	h.life.Lock()
+	defer h.life.Unlock()
+	if !h.running || h.closed {
+		return
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	n.stopProbe = cancel
+	h.routines.Add(1)
+	go h.probeLoop(ctx, n)
+}
+
+// stopProber stops probing n. h.mu must be held.
+func (h *Balancer) stopProber(n *node) {
+	if n.stopProbe != nil {
+		n.stopProbe()
+		n.stopProbe = nil
+	}
+}
+
+// probeLoop probes n at once, then every Interval ± Jitter after the end
+// of the previous probe, until ctx ends.
+func (h *Balancer) probeLoop(ctx context.Context, n *node) {
+	defer h.routines.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, h.s.timeout)
+		err := h.s.probe.Probe(pctx, n.be.Load().b)
+		cancel()
+		if ctx.Err() != nil {
+			return // stopped mid-probe: the result says nothing of the backend
+		}
+		h.observe(n, err)
+		t.Reset(h.nextWait())
+	}
+}
+
+// nextWait returns Interval plus a uniform offset in [-Jitter, +Jitter],
+// capped at the largest Duration: the sum, up to Interval+Jitter < 2⁶⁴, is
+// taken in uint64.
+func (h *Balancer) nextWait() time.Duration {
+	j := h.s.jitter
+	if j == 0 {
+		return h.s.interval
+	}
+	w := uint64(h.s.interval-j) + h.s.rand()%(2*uint64(j)+1)
+	return time.Duration(min(w, math.MaxInt64))
 }

@@ -51,9 +51,19 @@ const (
 	ReasonEjectionEnded
 	// ReasonAdmin: Drain, Maintenance or Enable.
 	ReasonAdmin
+	// ReasonTrial: a request to a backend on trial after an ejection
+	// failed (see Config.NoTrial).
+	ReasonTrial
+	// ReasonSource: the set's source said the backend is unhealthy, or
+	// healthy again, through UpdateHealth (an xDS control plane's
+	// health_status, say).
+	ReasonSource
+	// ReasonFailureRate: the backend's share of failed requests in one
+	// interval reached FailureRateCheck.Threshold (see Config.FailureRate).
+	ReasonFailureRate
 )
 
-var reasonNames = [...]string{"none", "probe", "connection refused", "consecutive failures", "ejection ended", "admin"}
+var reasonNames = [...]string{"none", "probe", "connection refused", "consecutive failures", "ejection ended", "admin", "trial failed", "source", "failure rate"}
 
 // String returns a short description of the reason.
 func (r Reason) String() string {
@@ -69,7 +79,8 @@ type Change struct {
 	Old, New State
 	Reason   Reason
 	// Err is the failing probe's error for ReasonProbe towards Down, the
-	// request's error for ReasonRefused and ReasonFailures, else nil.
+	// request's error for ReasonRefused, ReasonFailures and ReasonTrial,
+	// one that gives the counts for ReasonFailureRate, else nil.
 	Err error
 	// At is the Clock's time when the change was applied.
 	At time.Time
@@ -110,6 +121,10 @@ type Status struct {
 	EjectedUntil time.Time
 	// Ramp is the slow-start factor, in (0, 1]: 1 when not ramping up.
 	Ramp float64
+	// Trial reports that the backend is back from an ejection on trial:
+	// it takes one request at a time until one succeeds (see
+	// Config.NoTrial).
+	Trial bool
 	// LastProbeErr is the error of the last failing probe since the last
 	// passing one, or nil.
 	LastProbeErr error

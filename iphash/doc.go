@@ -34,7 +34,7 @@
 //     until it leaves the set, and when it does, hash mod n moves most
 //     clients, not only its own.
 //
-// Package github.com/lbkit/lbkit/examples/lbhttp does all of this for
+// Package github.com/lbkit/lbkit/lbhttp does all of this for
 // net/http: its ClientIP key reads X-Forwarded-For only from trusted proxy
 // prefixes, and its transport retries a refused connection with Attempt and
 // Avoid set. Wrap the picker in github.com/lbkit/lbkit/health to keep dead
@@ -42,14 +42,11 @@
 //
 // # Choosing
 //
-// In lbkit's scenario simulator (go run ./bench/cmd/lbsim, seed 1; backends
-// answering in 50, 150, 300 and 500 ms, 100 closed-loop users with
-// addresses of their own), iphash served 356.5 requests/s, against 285.6
-// for rr and 425.3 for leastconn: affinity ignores load, so it balances
-// only as well as the hash spreads clients. When the fastest backend dies
-// a minute in (scenario failure), iphash without health failed 28,771
-// requests over the run; with health's active checks and passive ejection
-// in front, 1.
+// Affinity ignores load, so iphash balances only as well as the hash
+// spreads the clients, and a dead backend keeps its clients until it
+// leaves the set: put health in front. lbsim's tables (docs/results.md;
+// go run ./bench/cmd/lbsim, where each virtual user has an address of its
+// own) set it beside every other algorithm.
 //
 // # Keys
 //
@@ -141,11 +138,12 @@
 // vectors in the tests pin it, so that a change to it is always deliberate.
 //
 // On a membership change, hash mod n remaps most clients: a key keeps its
-// backend only when h mod n and h mod n' name the same one. With 10
-// backends, 90.0% of 100,000 clients moved when one left and 90.9% when an
-// eleventh joined (TestRemapOnMembershipChange); consistent hashing would
-// move about 10% and 9%. Every moved client loses its affinity at once, so
-// prefer package consistent when the set changes often.
+// backend only when h mod n and h mod n' name the same one, about 1 in n
+// of them when one of n backends leaves, so (n−1)/n move: 90% with 10
+// backends, where consistent hashing would move about 1/n
+// (TestRemapOnMembershipChange holds more than 80% moved). Every moved
+// client loses its affinity at once, so prefer package consistent when
+// the set changes often.
 //
 // # Cost
 //
@@ -173,20 +171,28 @@
 // over xxhash of the key string, the cheapest way a Go peer maps a key,
 // which parses nothing and so maps two ports of one client apart.
 //
-// Measured with BenchmarkVsJump at four backends, the code before the fast
-// path against the code after it, ten alternating runs on a shared two-core
-// Xeon VM (so compare ratios): a Pick with an "a.b.c.d" key went from 61
-// to 42 ns and with "a.b.c.d:port" from 73 to 49 ns, while jump hash over
-// xxhash took 20 ns in the same runs. iphash stays about twice jump hash,
-// and parsing is most of the gap: 15 to 16 ns of a Pick's 42.
+// BenchmarkVsJump sets a Pick beside jump hash over xxhash at four
+// backends; parsing (BenchmarkParse) is most of what iphash costs more.
+// BenchmarkVsJumpMixed does the same on the shared harness's keys, half of
+// them IPv6, at 4, 64 and 1024 backends: jump hash's cost grows as
+// O(log n) and iphash's does not, so iphash leads at large sets, and at
+// small ones trails by what the parse costs. That parse is the contract,
+// not overhead: it is what maps a client's ports, its IPv6 spellings and
+// its IPv4-mapped form to one backend, and refuses a key that is no
+// address; a peer that hashes the string does none of that.
+//
+// IPv6 groups are shifted into two 64-bit words as they are read, with no
+// 16-byte array to expand at the "::" and read back, and the 16 bytes are
+// hashed by xxhash64 written out for that length (sum16, checked against
+// the library by TestSum16MatchesXXHash).
 //
 // A parser that finds the dots and digits of all 16 bytes at once, as bit
 // masks computed on two 64-bit words (SIMD within a register), so that no
 // branch depends on a field's length, was written, checked exact against
-// parseIPv4, and measured slower: 27.5 to 42 ns a parse against 14.5 to 26
-// for parseIPv4 in the same runs, with keys of varied field lengths too.
-// The straight-line parser's branches were predicted well enough; the mask
-// arithmetic costs more instructions than they do. It was not kept.
+// parseIPv4, and measured slower than parseIPv4 in BenchmarkParse, with
+// keys of varied field lengths too. The straight-line parser's branches
+// were predicted well enough; the mask arithmetic costs more instructions
+// than they do. It was not kept.
 //
 // Update: O(n log n) for the sort, and a few allocations.
 //

@@ -1,7 +1,6 @@
 package iphash
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -32,10 +31,11 @@ type Picker struct {
 	// Immutable after New: the masks of WithPrefixBits, all ones without it.
 	v4Mask     uint32
 	v6Hi, v6Lo uint64
+	err        error // the first bad option, which Update returns
 
 	// Guarded by itself: taken by Update only.
 	mu sync.Mutex
-	_  [64 - 8 - 8 - 16 - 8]byte
+	_  [64 - 8 - 8 - 16 - 16 - 8]byte
 }
 
 // snapshot is an immutable published set.
@@ -76,6 +76,7 @@ type Option interface {
 
 type config struct {
 	v4Bits, v6Bits int
+	err            error // the first bad option
 }
 
 type optionFunc func(*config)
@@ -94,16 +95,24 @@ func WithPrefix() Option {
 
 // WithPrefixBits hashes only the first v4Bits of an IPv4 client and the
 // first v6Bits of an IPv6 client. The default is 32 and 128: whole
-// addresses. Values are clamped to 0..32 and 0..128; 0 sends every client of
-// that family to one backend.
+// addresses. v4Bits must be in [0, 32] and v6Bits in [0, 128]; other
+// values are a bad option. 0 sends every client of that family to one
+// backend.
 func WithPrefixBits(v4Bits, v6Bits int) Option {
 	return optionFunc(func(c *config) {
-		c.v4Bits = min(max(v4Bits, 0), 32)
-		c.v6Bits = min(max(v6Bits, 0), 128)
+		if v4Bits < 0 || v4Bits > 32 || v6Bits < 0 || v6Bits > 128 {
+			if c.err == nil {
+				c.err = balancer.BadOption("WithPrefixBits", fmt.Sprintf("%d, %d", v4Bits, v6Bits), "0 to 32 and 0 to 128")
+			}
+			return
+		}
+		c.v4Bits, c.v6Bits = v4Bits, v6Bits
 	})
 }
 
 // New returns a Picker with an empty set; call Update to give it backends.
+// A bad option (see balancer.ErrBadOption) makes every Update return its
+// error, and the Picker stays empty.
 func New(opts ...Option) *Picker {
 	c := config{v4Bits: 32, v6Bits: 128}
 	for _, o := range opts {
@@ -114,6 +123,7 @@ func New(opts ...Option) *Picker {
 		v4Mask: uint32(^uint64(0) << (32 - c.v4Bits)),
 		v6Hi:   ^uint64(0) << (64 - min(c.v6Bits, 64)),
 		v6Lo:   ^uint64(0) << (128 - max(c.v6Bits, 64)),
+		err:    c.err,
 	}
 	p.snap.Store(&snapshot{})
 	return p
@@ -137,6 +147,9 @@ func New(opts ...Option) *Picker {
 func (p *Picker) Update(bs []balancer.Backend) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.err != nil {
+		return fmt.Errorf("iphash: update: %w", p.err)
+	}
 	set, err := balancer.NewSet(bs)
 	if err != nil {
 		return fmt.Errorf("iphash: update: %w", err)
@@ -246,13 +259,10 @@ func (p *Picker) hashSlow(key string) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	var buf [16]byte
 	if a.is4 {
 		return sum4(uint32(a.lo) & p.v4Mask), true
 	}
-	binary.BigEndian.PutUint64(buf[:8], a.hi&p.v6Hi)
-	binary.BigEndian.PutUint64(buf[8:], a.lo&p.v6Lo)
-	return xxhash.Sum64(buf[:]), true
+	return sum16(a.hi&p.v6Hi, a.lo&p.v6Lo), true
 }
 
 // walk returns the index in s.entries of the a-th backend of the retry
@@ -312,6 +322,7 @@ const (
 	prime1 uint64 = 11400714785074694791
 	prime2 uint64 = 14029467366897019727
 	prime3 uint64 = 1609587929392839161
+	prime4 uint64 = 9650029242287828579
 	prime5 uint64 = 2870177450012600261
 )
 
@@ -333,14 +344,34 @@ func sum4(v4 uint32) uint64 {
 	return h
 }
 
+// sum16 returns xxhash64, seed 0, of the 16 bytes of an IPv6 address whose
+// halves, in network order, are hi and lo: what xxhash.Sum64 returns for
+// them, written out like sum4. For 16 bytes the algorithm is two 64-bit
+// lanes (h = prime5 + 16, then for each lane k, read little-endian,
+// h ^= rotl(k·prime2, 31)·prime1, h = rotl(h, 27)·prime1 + prime4) and the
+// final avalanche. It skips writing the address out as bytes for the
+// library to read back.
+func sum16(hi, lo uint64) uint64 {
+	h := prime5 + 16
+	h ^= bits.RotateLeft64(bits.ReverseBytes64(hi)*prime2, 31) * prime1
+	h = bits.RotateLeft64(h, 27)*prime1 + prime4
+	h ^= bits.RotateLeft64(bits.ReverseBytes64(lo)*prime2, 31) * prime1
+	h = bits.RotateLeft64(h, 27)*prime1 + prime4
+	h ^= h >> 33
+	h *= prime2
+	h ^= h >> 29
+	h *= prime3
+	h ^= h >> 32
+	return h
+}
+
 // divisor computes h mod d by multiplications, for a d fixed at Update: the
 // direct remainder of Lemire, Kaser and Kurz ("Faster Remainder by Direct
 // Computation", 2019) at 64 bits, with the 128-bit constant
 // m = ⌈2¹²⁸/d⌉. Then h mod d = ⌊((m·h) mod 2¹²⁸)·d / 2¹²⁸⌋ for every 64-bit
-// h: four 64-bit multiplications instead of a 64-bit DIV. In a dependent
-// chain on the VM this was written on, mod took 7.6 to 9.0 ns and % 11.6 to
-// 12.2 (a throwaway benchmark; a DIV's latency varies a lot between x86
-// cores). It is exact (TestDivisor, FuzzDivisor check it against %), so
+// h: four 64-bit multiplications instead of a 64-bit DIV, whose latency
+// is longer and varies a lot between x86 cores (a throwaway benchmark of
+// a dependent chain found mod the faster when it was chosen). It is exact (TestDivisor, FuzzDivisor check it against %), so
 // the mapping is the same as h % d.
 type divisor struct {
 	mhi, mlo uint64 // m

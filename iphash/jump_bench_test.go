@@ -2,7 +2,9 @@ package iphash
 
 import (
 	"fmt"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -61,4 +63,97 @@ func BenchmarkVsJump(b *testing.B) {
 			}
 		})
 	}
+}
+
+// mixedKey is the i-th key of balancertest.Benchmark's harness (a copy:
+// the kit does not export it): IPv4, IPv4 and port, bracketed IPv6 and
+// port, and bare IPv6, in turn.
+func mixedKey(i int) string {
+	switch i % 4 {
+	case 0:
+		return fmt.Sprintf("192.0.2.%d", i%256)
+	case 1:
+		return fmt.Sprintf("198.51.%d.%d:%d", (i/256)%256, i%256, 1024+i%60000)
+	case 2:
+		return fmt.Sprintf("[2001:db8::%x]:443", i)
+	default:
+		return fmt.Sprintf("2001:db8:%x::1", i)
+	}
+}
+
+// BenchmarkVsJumpMixed is the side-by-side row of issue 28: Pick through
+// the balancer.Balancer interface on the harness's mixed keys, beside jump
+// hash over xxhash of the key string (the peer: dgryski/go-jump's
+// jump.Hash(xxhash.Sum64String(key), n)), at 4, 64 and 1024 backends,
+// serial and parallel, in one run, so that their ratio is measured on the
+// same load.
+func BenchmarkVsJumpMixed(b *testing.B) {
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = mixedKey(i)
+	}
+	for _, n := range []int{4, 64, 1024} {
+		set := make([]balancer.Backend, n)
+		for i := range set {
+			set[i] = balancer.NewEndpoint(fmt.Sprintf("10.0.%d.%d:8080", i>>8, i&255), 1)
+		}
+		var p balancer.Balancer = New()
+		if err := p.Update(set); err != nil {
+			b.Fatal(err)
+		}
+		pick := map[string]func(string) int{
+			"jump-xxhash": func(k string) int { return jump(xxhash.Sum64String(k), n) },
+			"iphash": func(k string) int {
+				if _, err := p.Pick(balancer.Request{Key: k}); err != nil {
+					panic(err)
+				}
+				return 0
+			},
+		}
+		for _, algo := range []string{"jump-xxhash", "iphash"} {
+			f := pick[algo]
+			b.Run(fmt.Sprintf("n=%d/mode=serial/algo=%s", n, algo), func(b *testing.B) {
+				b.ReportAllocs()
+				defer reportCPU(b)()
+				i, sum := 0, 0
+				for b.Loop() {
+					sum += f(keys[i&1023])
+					i++
+				}
+				_ = sum
+			})
+			b.Run(fmt.Sprintf("n=%d/mode=parallel/algo=%s", n, algo), func(b *testing.B) {
+				b.ReportAllocs()
+				defer reportCPU(b)()
+				b.RunParallel(func(pb *testing.PB) {
+					i, sum := 0, 0
+					for pb.Next() {
+						sum += f(keys[i&1023])
+						i++
+					}
+					_ = sum
+				})
+			})
+		}
+	}
+}
+
+// reportCPU returns a func that reports the process's CPU time (user and
+// system, all threads) per op since reportCPU was called, as cpu-ns/op.
+// On a machine shared with other work, wall time per op counts the time
+// the benchmark waited for a core; CPU time does not, so the ratio of two
+// benchmarks' cpu-ns/op moves much less between runs than their sec/op.
+func reportCPU(b *testing.B) func() {
+	start := cpuTime()
+	return func() {
+		b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

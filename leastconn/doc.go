@@ -36,7 +36,7 @@
 //     backend always looks idle and draws most requests, a black hole (see
 //     Choosing). Always put health in front.
 //
-// Package github.com/lbkit/lbkit/examples/lbhttp does all of this for
+// Package github.com/lbkit/lbkit/lbhttp does all of this for
 // net/http: a reverse proxy or client transport that calls Done when the
 // body ends and retries with Avoid set. Wrap the picker in
 // github.com/lbkit/lbkit/health to keep dead and failing backends out of
@@ -50,30 +50,27 @@
 //
 //	p := leastconn.New(leastconn.WithReports())
 //
-// In lbkit's simulator it helped at moderate load and not near capacity,
-// where lrt did better than both (see Load reports in the simulator).
+// Near capacity a busy-slots utilisation reads 1 for a full backend and a
+// flooded one alike, so the reports help most well below capacity (see
+// Load reports).
 //
 // # Choosing
 //
-// In lbkit's scenario simulator (go run ./bench/cmd/lbsim, seed 1), with
-// the study's four backends answering in 50, 150, 300 and 500 ms and 100
-// closed-loop users, leastconn served 425.3 requests/s, against 285.6 for
-// rr and 393.3 for wrr weighted 6:3:2:1; with 16 request slots per backend
-// (steady-cap), 406.4 against 128.9 and 320.4. lrt served more in both
-// (581.7 and 461.6): it keeps more requests in flight on the fastest
-// backend (25 on average against leastconn's 12, without slots), where
-// leastconn evens the counts out. lrt's naive mode served 640.7 by sending
-// 97% of requests to the fastest backend, which costs nothing only while
-// capacity is unlimited: with 16 slots it fell to 319.5 with a p99 of
-// 1.3 s. leastconn-p2c, two choices at every size, served 391.0 and 367.3
-// (see Scan or two choices).
+// leastconn evens out requests in flight, which serves more than the
+// pickers that ignore load whenever backends differ in speed: a slow
+// backend stops getting requests as soon as it holds more than the
+// others. lrt goes further and keeps more in flight on the fastest
+// backends, by their latency; lrt's naive mode herds onto the fastest
+// one, which pays only while capacity is unlimited. leastconn-p2c (two
+// choices at every size) trades some of the scan's balance for a cost
+// that does not grow with the set (see Scan or two choices).
 //
-// When the fastest backend dies without health checks (scenario failure:
-// its connections refused from the first minute on), leastconn lost 96% of
-// its throughput, 424.6 requests/s before and 15.4 after, with 113,269
-// failed requests: every refused request finished at once and left the
-// dead backend the least loaded. With health's active checks and passive
-// ejection in front, 13 requests failed over the whole run.
+// Without health, a dead backend is a black hole: every refused request
+// finishes at once and leaves the dead backend the least loaded, so it
+// draws most requests. With health's active checks and passive ejection
+// in front, it is taken out. lbsim's tables (docs/results.md; go run
+// ./bench/cmd/lbsim, scenarios steady, steady-cap and failure) set these
+// side by side.
 //
 // # Algorithm
 //
@@ -88,9 +85,9 @@
 // (src/lb_fwlc.c: inflight ? (inflight+1)·SRV_EWGHT_MAX/eweight : 0); nginx
 // (src/http/modules/ngx_http_upstream_least_conn_module.c) compares
 // in-flight/weight, which ties the two backends above. Both keep in-flight
-// proportional to weight; with weights 1, 2, 3, 4 and 100 requests always
-// in flight, the counts stay at 10, 20, 30, 40 to within one request per
-// unit of weight at every pick (TestSimulationWeighted).
+// proportional to weight: with weights 1, 2, 3, 4 and 100 requests always
+// in flight, TestSimulationWeighted holds the counts at 10, 20, 30, 40 to
+// within one request per unit of weight at every pick.
 //
 // Loads are compared by cross-multiplying, a·wb < b·wa, never by dividing.
 // Weights are at most balancer.MaxWeight (< 2²⁰), so the products fit in 64
@@ -132,32 +129,27 @@
 //
 // By default New scans sets of fewer than ScanBelow (16) backends and uses
 // two choices from 16 on; WithScan and WithChoices force one way at every
-// size. WithChoices(k) takes k from 2 to MaxChoices (10), clamping values
-// outside (New returns no error, like every lbkit constructor); a set of k
-// backends or fewer is scanned, since drawing all of them is a scan.
+// size. WithChoices(k) takes k from 2 to MaxChoices (10); another k is a
+// bad option, whose error every Update returns (see balancer,
+// "Options"). A set of k backends or fewer is scanned, since drawing all
+// of them is a scan.
 //
-// The threshold comes from BenchmarkCrossover: Pick+Done for both ways at
-// 2 to 64 backends, idle (every scan meets ties) and loaded (0 to 15
-// requests held on each backend). On the 2-core AMD EPYC it was measured
-// on (medians of 6 runs, so compare ratios), two choices cost 55 to 65 ns
-// at every size while the scan grows by about 4 ns a backend: loaded, 34
-// ns at 4, 66 at 8, 85 at 12, 102 at 16, 163 at 32, 273 at 64. They cross
-// at about 8 backends (loaded 66 against 65 ns, idle 92 against 69). The
-// threshold sits above the crossover, at 16, for quality: from 8 to 15
-// backends the scan costs at most about 1.5 times as much (some 25 ns
-// more), while two choices, which draw each backend as a candidate in at
-// most 2/n of the picks, cannot give a fast backend the share it needs to
-// stay as busy as the slow ones. In a simulation of the study's mix
-// (backends from 50 to 500 ms, closed-loop users) two choices served 0.75,
-// 0.81, 0.85 and 0.88 times the requests of the scan at 4, 8, 16 and 64
-// backends (BenchmarkChoicesThroughput), and left the busiest backend about
-// one request above the mean at 16 (BenchmarkBalance); from 16 on the scan
-// costs from 1.8 to 4.3 times as much and keeps growing, and on machines
-// with many cores its reads of every counter also contend with the other
-// cores' writes, which two choices avoid. Sets of a few dozen
-// backends of very different speeds may still prefer WithScan; weights
-// that follow capacity lift the 2/n cap (two choices then served 0.91 to
-// 0.96 times the scan's requests).
+// The threshold comes from two sets of benchmarks. BenchmarkCrossover
+// times Pick+Done both ways at 2 to 64 backends, idle (every scan meets
+// ties) and loaded: two choices cost the same at every size, while the
+// scan grows by a few nanoseconds a backend, and they cross at about 8
+// backends. The threshold sits above the crossover, at 16, for quality:
+// below it the scan costs a small multiple of two choices, while two
+// choices, which draw each backend as a candidate in at most 2/n of the
+// picks, cannot give a fast backend the share it needs to stay as busy as
+// the slow ones. BenchmarkChoicesThroughput plays the study's mix
+// (backends from 50 to 500 ms, closed-loop users) at 4 to 64 backends and
+// reports what two choices serve against the scan, and BenchmarkBalance
+// how far the busiest backend sits above the mean; above 16 the scan's
+// cost keeps growing, and on machines with many cores its reads of every
+// counter also contend with the other cores' writes, which two choices
+// avoid. Sets of a few dozen backends of very different speeds may still
+// prefer WithScan; weights that follow capacity lift the 2/n cap.
 //
 // Request.Avoid is never returned when the set has another backend: the
 // scan skips it, and the choices draw a replacement for it.
@@ -170,7 +162,9 @@
 // Done: application_utilization, or cpu_utilization when that is zero;
 // WithReportMetric for a named metric) and compares two candidates by
 //
-//	cost = max(reported utilisation, 0.01) × (in flight + 1)
+//	cost = reported utilisation × (in flight + 1)
+//
+// with the ratio of the two utilisations counted as at most 10 to 1.
 //
 // The report says how loaded the backend is from all its traffic; the
 // factor in flight + 1 adds what this picker has sent it since, so that
@@ -178,9 +172,12 @@
 // that reported least (the same reasoning as lrt's latency × (in flight +
 // 1)). Held requests then split in inverse proportion to the reported
 // utilisation: with 0.9 and 0.3 reported, about three of this picker's
-// requests to one (TestReportsWeighUtilisation). The floor of 1% keeps a
+// requests to one (TestReportsWeighUtilisation). The bound of 10 to 1
+// (gRPC's kMaxRatio, wrr's Reported's bound against the mean) keeps a
 // backend that reports nearly nothing from drawing every request until
-// its next report.
+// its next report, and one that reports a huge utilisation from being
+// starved: beside three at 0.5, a report of 0.0001 holds at most 10/13
+// of the requests, one of 1e300 about 1/31 (TestReportsExtremeBounded).
 //
 // A candidate with no report, or one older than DefaultReportExpiry
 // (10 s; WithReportExpiry), makes its pair compare in-flight counts for
@@ -201,28 +198,16 @@
 //
 // # Load reports in the simulator
 //
-// In lbsim's load scenarios (go run ./bench/cmd/lbsim -scenarios
-// antagonist,hetero -proxies 1,10, seed 1: four backends serving in 50 ms
-// with 16 slots each, one losing 8 to a neighbour the proxies cannot see
-// from the first minute on (antagonist), or with 32, 16, 8 and 4 slots
-// (hetero); users at 70% and 95% of the slots; package bench/sim, "Are
-// load reports worth their cost?"), whose backends report their busy
-// slots over their slots over lbhttp.Reporter's window, the p99s were, in
-// ms:
-//
-//	                   antagonist-70  antagonist-95  hetero-70      hetero-95
-//	proxies             1      10      1      10      1      10      1      10
-//	leastconn          90.7   97.5   99.4  136.9  191.3  240.5  249.4  344.3
-//	leastconn-reports  53.4   90.7   99.4  127.5  147.6  198.4  247.1  348.4
-//	lrt                50.0   50.0   80.0   90.0   98.4  100.0  139.5  132.5
-//
-// WithReports took 7 to 41% off leastconn's p99 at 70% and at most 7% at
-// 95%. Near capacity a busy-slots utilisation reads 1 for a backend with
-// no queue and for one with a long queue alike, so the reports no longer
-// tell the backends apart, and the pairs fall back, in effect, on this
-// picker's own counts. lrt, whose latencies do show a queue, had the
-// lower p99 everywhere. Use WithReports where backends run well below
-// capacity and their load comes from elsewhere; near capacity use lrt, or
+// lbsim's load scenarios (go run ./bench/cmd/lbsim -scenarios
+// antagonist,hetero -proxies 1,10; package bench/sim, "Load reports and
+// probes") run WithReports as leastconn-reports, against backends that
+// report their busy slots over their slots over lbhttp.Reporter's window;
+// docs/results.md has the tables. Near capacity such a utilisation reads
+// 1 for a backend with no queue and for one with a long queue alike, so
+// the reports no longer tell the backends apart and the pairs fall back,
+// in effect, on this picker's own counts, where lrt's latencies still
+// show the queue. Use WithReports where backends run well below capacity
+// and their load comes from elsewhere; near capacity compare lrt, and
 // wrr's Reported for capacities that differ.
 //
 // # Cost
@@ -233,13 +218,12 @@
 // (one more cache line) and a load of the picker's report time. Done: one
 // States.Lookup (a map read by ID) and one atomic compare-and-swap; with a
 // report, a clock read and three atomic stores more. Each backend's state
-// is two cache lines: the in-flight count and the report. On the EPYC above, Pick+Done with two
-// choices cost about the same at 4 and at 1024 backends; most of it is the
-// floor every in-flight picker on balancer's shared state pays (one
-// math/rand/v2 number, one lookup by ID, Inc and Dec: see BenchmarkFloor).
-// For comparison, gRPC's least_request was reported (in the issue that
-// asked for this package) at 150 to 210 ns and three allocations per pick
-// on this class of machine.
+// is two cache lines: the in-flight count and the report. Pick+Done with
+// two choices costs the same at 4 and at 1024 backends (BenchmarkPickDone,
+// select=p2c); most of it is the floor every in-flight picker
+// on balancer's shared state pays (one math/rand/v2 number, one lookup by
+// ID, Inc and Dec: BenchmarkFloor). gRPC's least_request, for comparison,
+// allocates three times per pick.
 //
 // Update: O(n) and a few allocations (the validated copy from
 // balancer.NewSet, entries, the registry's maps, the alias table for a

@@ -15,12 +15,14 @@ import (
 
 // ScanBelow is the set size at which New's default mode changes: sets of
 // fewer backends are scanned exactly, larger ones use the power of two
-// choices. Where the two cost the same was measured with
-// BenchmarkCrossover; doc.go gives the figures.
+// choices. BenchmarkCrossover measures where the two cost the same, and
+// BenchmarkChoicesThroughput what two choices give up below 16; the
+// package doc ("Scan or two choices") says why the threshold sits above
+// the crossover.
 const ScanBelow = 16
 
-// MaxChoices is the largest number of candidates WithChoices accepts;
-// larger values are clamped to it. gRPC's least_request caps its
+// MaxChoices is the largest number of candidates WithChoices accepts; a
+// larger one is a bad option. gRPC's least_request caps its
 // choice_count at the same 10 (gRFC A48): past a few choices the balance
 // improves only by a constant factor (Mitzenmacher: the maximum load falls
 // as ln ln n / ln d) while the cost grows linearly.
@@ -48,6 +50,7 @@ type Picker struct {
 	choices int      // candidates per pick at and above ScanBelow, or always if forced
 	forced  bool     // choices applies at every size (WithChoices, WithScan)
 	reports *reports // nil unless WithReports or WithReportMetric
+	err     error    // the first bad option, which Update returns
 
 	// Guarded by mu, which only Update takes.
 	mu  sync.Mutex
@@ -127,6 +130,14 @@ type config struct {
 	metric  string
 	expiry  time.Duration
 	clock   func() time.Time
+	err     error // the first bad option
+}
+
+// bad keeps err if it is the first bad option.
+func (c *config) bad(err error) {
+	if c.err == nil {
+		c.err = err
+	}
 }
 
 type optionFunc func(*config)
@@ -136,30 +147,35 @@ func (f optionFunc) apply(c *config) { f(c) }
 // WithRand sets the source of randomness used to draw candidates and break
 // ties. The default is math/rand/v2's Uint64. Pick calls it at most once per
 // pick and derives any further numbers it needs from that one; tests and
-// simulations pass a seeded source to make picks repeatable. A nil f keeps
-// the default. f must be safe for concurrent use if Pick is called
+// simulations pass a seeded source to make picks repeatable. A nil f is a
+// bad option. f must be safe for concurrent use if Pick is called
 // concurrently.
 func WithRand(f func() uint64) Option {
 	return optionFunc(func(c *config) {
-		if f != nil {
-			c.rand = f
+		if f == nil {
+			c.bad(balancer.BadOption("WithRand", "nil", "a function"))
+			return
 		}
+		c.rand = f
 	})
 }
 
 // WithChoices makes every pick draw k distinct candidates at random (in
 // proportion to weight when weights differ) and take the least loaded of
-// them, whatever the size of the set: the power of k choices. k below 2 is
-// raised to 2 and k above MaxChoices lowered to MaxChoices, since New does
-// not return an error. A set of k backends or fewer is scanned exactly,
-// which is what drawing all of them would give. The last of WithChoices and
-// WithScan wins.
+// them, whatever the size of the set: the power of k choices. k must be in
+// [2, MaxChoices]; another k is a bad option. A set of k backends or
+// fewer is scanned exactly, which is what drawing all of them would give.
+// The last of WithChoices and WithScan wins.
 //
 // Without either option, sets of fewer than ScanBelow backends are scanned
 // and larger ones use two choices.
 func WithChoices(k int) Option {
 	return optionFunc(func(c *config) {
-		c.choices = min(max(k, 2), MaxChoices)
+		if k < 2 || k > MaxChoices {
+			c.bad(balancer.BadOption("WithChoices", k, fmt.Sprintf("2 to %d", MaxChoices)))
+			return
+		}
+		c.choices = k
 		c.forced = true
 	})
 }
@@ -181,19 +197,25 @@ func WithScan() Option {
 // again once its report is this old, so that it is tried again.
 const DefaultReportExpiry = 10 * time.Second
 
-// minUtilization is the least utilisation Pick weighs a report by, so that
-// a backend reporting nearly nothing does not take every request until
-// its next report comes: at 1%, it loses to a backend at 50% with no
-// request of this proxy's in flight once it holds 50.
-const minUtilization = 0.01
+// maxReportRatio bounds how far apart two reports weigh in a pair: the
+// ratio of two candidates' reported utilisations counts as at most 10 to
+// 1, so that one report of a near-zero (or huge) utilisation neither takes
+// every request nor starves its backend until the next report comes. A
+// backend reporting 0.0001 beside three at 0.5 holds at most about ten
+// times the requests of each, 10/13 of them, and one reporting 1e300
+// about a tenth (TestReportsExtremeBounded). The 10 is gRPC's bound on a
+// weight against the mean in weighted round robin (kMaxRatio in C++'s
+// static_stride_scheduler.cc); wrr's Reported uses the same.
+const maxReportRatio = 10
 
 // WithReports makes Pick weigh the load the backends report
 // (balancer.Result.Load, through Done) against the requests this picker
 // has in flight on them: two choices, at every size (WithChoices sets
 // more; WithScan compares all), and of the two, the lower reported
 // utilisation × (in flight + 1). A candidate without a report younger
-// than DefaultReportExpiry (WithReportExpiry) makes the pair compare
-// in-flight counts, as without reports. The utilisation is
+// than DefaultReportExpiry (WithReportExpiry), or two reports more than
+// a tenth of the expiry apart in age, make the pair compare in-flight
+// counts, as without reports. The utilisation is
 // Load.Utilization (application_utilization, or cpu_utilization when that
 // is zero); WithReportMetric reads a named metric instead. Weights still
 // draw the candidates and weigh the in-flight comparison, not the
@@ -207,45 +229,56 @@ func WithReports() Option {
 // WithReportMetric is WithReports with the utilisation read from the
 // named metric name of each report (Load.Metric) instead of
 // Load.Utilization: a queue length, a GPU's memory, whatever the backends
-// send. Negative and missing values are no report.
+// send. Negative and missing values are no report. An empty name is a bad
+// option.
 func WithReportMetric(name string) Option {
 	return optionFunc(func(c *config) {
+		if name == "" {
+			c.bad(balancer.BadOption("WithReportMetric", `""`, "a metric's name"))
+			return
+		}
 		WithReports().apply(c)
 		c.metric = name
 	})
 }
 
 // WithReportExpiry sets how long a report counts, with WithReports. The
-// default is DefaultReportExpiry. Values of zero or less are ignored.
+// default is DefaultReportExpiry. A d of zero or less is a bad option.
 func WithReportExpiry(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.expiry = d
+		if d <= 0 {
+			c.bad(balancer.BadOption("WithReportExpiry", d, "more than 0"))
+			return
 		}
+		c.expiry = d
 	})
 }
 
 // WithClock sets the clock Done reads when it takes a report, with
 // WithReports (Pick reads none: it ages reports by the time of the latest
 // one). The default is the monotonic clock. Tests and simulations pass
-// their own.
+// their own. A nil now is a bad option.
 func WithClock(now func() time.Time) Option {
 	return optionFunc(func(c *config) {
-		if now != nil {
-			c.clock = now
+		if now == nil {
+			c.bad(balancer.BadOption("WithClock", "nil", "a function"))
+			return
 		}
+		c.clock = now
 	})
 }
 
 // New returns a least-connections Picker with an empty set; call Update to
 // give it backends. By default it scans sets of fewer than ScanBelow
-// backends and uses the power of two choices for larger ones.
+// backends and uses the power of two choices for larger ones. A bad
+// option (see balancer.ErrBadOption) makes every Update return its error,
+// and the Picker stays empty.
 func New(opts ...Option) *Picker {
 	c := config{rand: rand.Uint64, choices: 2, expiry: DefaultReportExpiry}
 	for _, o := range opts {
 		o.apply(&c)
 	}
-	p := &Picker{rand: c.rand, choices: c.choices, forced: c.forced}
+	p := &Picker{rand: c.rand, choices: c.choices, forced: c.forced, err: c.err}
 	if c.reports {
 		p.reports = &reports{metric: c.metric, expiry: int64(c.expiry), clock: c.clock}
 		if p.reports.clock == nil {
@@ -263,13 +296,18 @@ func New(opts ...Option) *Picker {
 // request picked before it left is still counted down by its Done.
 //
 // Each weight is read once (balancer.NewSet). Calls to Update are
-// serialised, validation included.
+// serialised, validation included. If an option given to New was bad,
+// Update returns its error (wrapping balancer.ErrBadOption) every time and
+// the set stays empty.
 //
 // Cost: O(n) and a few allocations: the entries, the registry's maps and,
 // for a weighted set sampled by choices, the alias table.
 func (p *Picker) Update(bs []balancer.Backend) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.err != nil {
+		return fmt.Errorf("leastconn: update: %w", p.err)
+	}
 	set, err := balancer.NewSet(bs)
 	if err != nil {
 		return fmt.Errorf("leastconn: update: %w", err)
@@ -399,12 +437,30 @@ func (p *Picker) Utilization(id string) (float64, bool) {
 
 // report returns the utilisation c reported and whether it counts at now.
 func (c *backend) report(now, expiry int64) (float64, bool) {
+	u, _, ok := c.reportAt(now, expiry)
+	return u, ok
+}
+
+// reportAt is report with the report's time.
+func (c *backend) reportAt(now, expiry int64) (float64, int64, bool) {
 	at := c.at.Load()
 	if at == 0 || now-at > expiry {
-		return 0, false
+		return 0, 0, false
 	}
-	return math.Float64frombits(c.util.Load()), true
+	return math.Float64frombits(c.util.Load()), at, true
 }
+
+// staleGap: two reports weigh against each other only while they are at
+// most expiry/staleGap apart in age (1 s at the default expiry of 10 s).
+// A backend that loses its pairs on its report draws no request, so it
+// sends no new report: compared against its rivals' fresher ones, an old
+// high report would starve it until it expired, however far the others'
+// loads had fallen meanwhile (TestReportsStaleNotStarved). Past the gap
+// the pair compares requests in flight, as for a backend without a
+// report, until the next report of the stale one settles it. gRPC's
+// weighted round robin needs no such rule: it gives a backend its weight's
+// share of picks, never none.
+const staleGap = 10
 
 // InFlight returns the number of requests Pick has counted on the backend
 // with this ID and Done has not yet counted down: its Pick count minus its
@@ -622,12 +678,17 @@ func (s *snapshot) pickReported(avoid string, rnd func() uint64, rp *reports) in
 // better reports whether b should be taken over a: when both have reports
 // that count, by reported utilisation × (in flight + 1), the load the
 // backend says it carries scaled by what this picker has added to it
-// since; otherwise by in-flight count for weight, as without reports.
+// since, with the ratio of the two utilisations bounded to
+// maxReportRatio, while the two reports are close in age (see staleGap);
+// otherwise by in-flight count for weight, as without reports.
 func (s *snapshot) better(a, b *entry, now, expiry int64) bool {
-	ua, oka := a.c.report(now, expiry)
-	ub, okb := b.c.report(now, expiry)
-	if oka && okb {
-		return max(ub, minUtilization)*float64(b.c.Load()+1) < max(ua, minUtilization)*float64(a.c.Load()+1)
+	ua, ata, oka := a.c.reportAt(now, expiry)
+	ub, atb, okb := b.c.reportAt(now, expiry)
+	if oka && okb && max(ata-atb, atb-ata) <= expiry/staleGap {
+		// ub/ua, bounded (see maxReportRatio); both are positive and
+		// finite, so the quotient is a number, at worst 0 or +Inf.
+		r := min(max(ub/ua, 1/maxReportRatio), maxReportRatio)
+		return r*float64(b.c.Load()+1) < float64(a.c.Load()+1)
 	}
 	return b.load()*a.w < a.load()*b.w
 }

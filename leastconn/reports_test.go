@@ -124,10 +124,11 @@ func TestReportsFallBackToInFlight(t *testing.T) {
 		p.Done(x, balancer.Result{})
 	}
 
-	// Both report: b's 0.5 against a's 0.01 sends everything to a.
+	// Both report: b's 0.5 against a's 0.01, 50 to 1 and counted as 10 to
+	// 1, sends a ten times b's requests (in flight + 1): 19 and 1.
 	tell(t, p, bs[1], balancer.Load{Application: 0.5})
 	held = hold(t, p, 20, balancer.Request{})
-	assert.EqualValues(t, 20, p.InFlight(bs[0].ID()))
+	assert.EqualValues(t, 19, p.InFlight(bs[0].ID()))
 	for _, x := range held {
 		p.Done(x, balancer.Result{})
 	}
@@ -187,5 +188,85 @@ func TestReportsAllocs(t *testing.T) {
 				assert.Zero(t, allocs)
 			})
 		}
+	}
+}
+
+// One extreme report among four backends takes no more than the bound
+// allows: a pair's reported utilisations are compared at most 10 to 1, so
+// a backend reporting 0.0001 beside three at 0.5 (5000 to 1) holds at
+// most about ten times the requests of the others, 10/13 of those held,
+// and one reporting 1e300 (or the largest float) still gets about a tenth
+// of theirs.
+func TestReportsExtremeBounded(t *testing.T) {
+	for _, m := range reportModes {
+		for _, tt := range []struct {
+			name     string
+			u        float64
+			min, max float64 // the bounds of a's share of the held requests
+		}{
+			{"tiny", 0.0001, 0.3, 10.0/13 + 0.03},
+			{"huge", 1e300, 0.015, 1.0/31 + 0.02},
+			{"largest float", math.MaxFloat64, 0.015, 1.0/31 + 0.02},
+		} {
+			t.Run(m.name+"/"+tt.name, func(t *testing.T) {
+				bs := named("x", 4)
+				p := newPicker(t, bs, m.opts...)
+				metric := m.name == "reports/metric"
+				tell(t, p, bs[0], loadOf(metric, tt.u))
+				for _, b := range bs[1:] {
+					tell(t, p, b, loadOf(metric, 0.5))
+				}
+				const n = 400
+				held := hold(t, p, n, balancer.Request{})
+				counts := make([]int64, len(bs))
+				for i, b := range bs {
+					counts[i] = p.InFlight(b.ID())
+				}
+				share := float64(counts[0]) / n
+				t.Logf("held %v: a's share %.3f", counts, share)
+				assert.GreaterOrEqual(t, share, tt.min, "a's share of %d held: %v", n, counts)
+				assert.LessOrEqual(t, share, tt.max, "a's share of %d held: %v", n, counts)
+				for _, x := range held {
+					p.Done(x, balancer.Result{})
+				}
+			})
+		}
+	}
+}
+
+// A backend whose last report is stale beside its rivals' fresh ones is
+// not starved by it until it expires: it gets no new report while it
+// draws no request. Every backend reports 0.5 for a while, then 0.1, one
+// request at a time, 10 ms of clock apart: under strict comparison of
+// reports, the first backend to lose its turn kept its 0.5 for the whole
+// 8 s and drew none of the 800 picks (two choices), or one backend drew
+// all of them (scan). A report more than a tenth of the expiry older than
+// its rival's weighs nothing, and the pair compares requests in flight.
+func TestReportsStaleNotStarved(t *testing.T) {
+	for _, m := range reportModes {
+		t.Run(m.name, func(t *testing.T) {
+			now := time.Unix(1_700_000_000, 0)
+			p := leastconn.New(append(m.opts, leastconn.WithClock(func() time.Time { return now }))...)
+			set := balancer.Endpoints("a:80", "b:80", "c:80", "d:80", "e:80", "f:80", "g:80", "h:80")
+			require.NoError(t, p.Update(set))
+			metric := m.name == "reports/metric"
+			round := func(u float64) map[string]int {
+				got := map[string]int{}
+				for range 800 {
+					b, err := p.Pick(balancer.Request{})
+					require.NoError(t, err)
+					got[b.ID()]++
+					now = now.Add(10 * time.Millisecond)
+					p.Done(b, balancer.Result{Latency: time.Millisecond, Load: loadOf(metric, u)})
+				}
+				return got
+			}
+			round(0.5)
+			got := round(0.1)
+			t.Logf("picks after the reports fell: %v", got)
+			for _, b := range set {
+				assert.Greater(t, got[b.ID()], 800/8/4, "%s drew too few of 800 picks", b.ID())
+			}
+		})
 	}
 }

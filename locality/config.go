@@ -1,17 +1,20 @@
 package locality
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
+
+	"github.com/lbkit/lbkit/balancer"
 )
 
 // Errors returned by this package. Test for them with errors.Is.
 var (
 	// ErrConfig reports a Config (or a caller count given to SetCallers)
 	// that is refused; the message names the field and the value at fault.
-	ErrConfig = errors.New("locality: invalid config")
+	// It wraps balancer.ErrBadOption, as every lbkit refusal of a
+	// configuration does.
+	ErrConfig = fmt.Errorf("locality: invalid config: %w", balancer.ErrBadOption)
 )
 
 // Defaults for the zero fields of Config.
@@ -60,7 +63,7 @@ type Config struct {
 	// 1000: a level whose healthy share, times the factor, falls below
 	// 100% sends the rest of its traffic to the next level. Default 140
 	// (Envoy's 1.4): level 0 keeps everything while 71.4% or more of it
-	// is healthy.
+	// is healthy. SetOverprovisioning changes it later.
 	Overprovisioning int
 	// PanicPercent is the healthy share, in percent (1 to 100), below
 	// which a level panics when the levels together cannot take all the
@@ -86,13 +89,16 @@ type Config struct {
 
 // settings is a Config with its defaults filled in and checked.
 type settings struct {
-	zone      string
-	callers   map[string]int // nil: spread as the backends
-	minSize   int
-	overprov  float64 // the factor: 1.4
-	panicFrac float64 // 0.5
-	noPanic   bool
-	rand      func() uint64
+	zone     string
+	callers  map[string]int // nil: spread as the backends
+	minSize  int
+	overprov float64 // the factor: 1.4
+	// overprovPercent is Config's factor resolved, in percent, which
+	// SetOverprovisioning(0) goes back to.
+	overprovPercent int
+	panicFrac       float64 // 0.5
+	noPanic         bool
+	rand            func() uint64
 }
 
 func (c Config) resolve() (settings, error) {
@@ -114,6 +120,7 @@ func (c Config) resolve() (settings, error) {
 		return bad("Overprovisioning is %d, want 0 (the default, %d) or 100 to %d", c.Overprovisioning, DefaultOverprovisioning, MaxOverprovisioning)
 	}
 	s.overprov = float64(op) / 100
+	s.overprovPercent = op
 	pp := c.PanicPercent
 	if pp == 0 {
 		pp = DefaultPanicPercent

@@ -62,8 +62,9 @@
 // # Priority levels
 //
 // Envoy's priority load, with its overprovisioning factor, 1.4 by default
-// (Config.Overprovisioning): a level's health is its healthy share of
-// weight times the factor, capped at 100%. Level 0 takes its health's
+// (Config.Overprovisioning; SetOverprovisioning changes it on a live
+// Balancer, as an xDS ClusterLoadAssignment carries its own): a level's
+// health is its healthy share of weight times the factor, capped at 100%. Level 0 takes its health's
 // worth of the traffic, level 1 the rest up to its own health, and so on
 // down the chain. So level 0 keeps everything while 71.4% of it is healthy;
 // with 60% healthy it keeps 84% and level 1 takes 16%. If the healths add
@@ -122,77 +123,62 @@
 //
 // # Done
 //
-// Done goes to the picker of the zone the backend was in, also after it
-// has left the set (the last max(n, 64) removed), so that in-flight counts
-// come back to zero. A backend that moves to another zone or level counts
-// its in-flight requests afresh in its new picker; the old picker keeps
-// the count of requests picked before the move, as a removed backend's.
+// Done goes to the picker that picked the backend, also after it has
+// left the set (the last max(n, 64) removed) or moved to another zone or
+// level (its last 8), so that every picker's in-flight counts come back
+// to zero (TestDoneFollowsMovedBackend). The value tells the pickers
+// apart: a moved backend comes as a new value (Endpoint.At), whose
+// Locality names the zone it was picked in. When the same value moves (a
+// Backend whose Locality changes in place), the old zone's picker takes
+// its Dones while it counts requests to it; two Dones racing for its last
+// request can leave one on the new zone's count, so give a moved backend
+// a new value.
 //
 // # Cost
 //
 // Pick: an atomic load, a random number or a hash of the key, two mixes,
 // a scan of the levels' and the level's zones' cut points (a handful),
 // and the inner Pick; no lock, no allocation. Done: an atomic load, a map
-// read by ID, the inner Done. UpdateHealth: O(n log n) to lay the set out
+// read by ID (and, for a backend that moved, a comparison per earlier
+// zone), the inner Done. UpdateHealth: O(n log n) to lay the set out
 // by level and zone, and an Update of each picker whose backends changed,
 // only: a health flip updates one zone's picker.
 //
-// Measured on the shared 2-core machine (load average 6 to 8), median
-// of three runs of go test -run '^$' -bench 'Pick/./././mode=serial|UpdateHealth'
-// -benchtime 300ms -count 3 ./locality/, Pick+Done in ns: bare is the
-// algorithm alone; flat the Balancer over backends without locality (one
-// picker); zoned the harness's backends spread over three zones, the
-// caller's taking everything; spill with half of the local zone
-// unhealthy, a third of its traffic going to the others. No run
-// allocated.
-//
-//	             n=64                        n=1024
-//	algo         bare  flat  zoned  spill    bare  flat  zoned  spill
-//	rr              8    22     23     33      14    21     34     28
-//	leastconn      32    64     97    135      65    58    163    115
-//
+// BenchmarkPick measures Pick+Done, serial and parallel: bare (the
+// algorithm alone), flat (the Balancer over backends without locality:
+// one picker), zoned (the harness's backends spread over three zones,
+// the caller's taking everything) and spill (half of the local zone
+// unhealthy, a third of its traffic going to the others); none allocates.
 // The draw (a key's hash or a random number, two mixes) and Done's map
-// read by ID make most of the difference with several zones; leastconn's
-// figures spread by a third from run to run here. UpdateHealth of 1024
-// backends in three zones and two levels, one backend's health flipping:
-// 0.38 ms and 191 allocations (BenchmarkUpdateHealth).
+// read by ID make most of the difference with several zones.
+// BenchmarkUpdateHealth flips one backend's health in 1024 backends over
+// three zones and two levels.
 //
-// # Measured: the zones scenario
+// # The zones scenario
 //
-// go run ./bench/cmd/lbsim -scenarios zones (package bench/sim, "Fleets"):
-// three zones of 14, 10 and 6 backends serving in about 10 ms, 4 requests
-// at once; 10 callers spread 5, 3 and 2 over them (Config.Callers says
-// so); 2 ms more across zones; at 1 minute zone a loses 7 of its 14
-// backends. Health (active checks, passive ejection, retries) around the
-// Balancer with leastconn inside each zone, against health around one
-// leastconn over all 30, seed 1:
-//
-//	                                      zone-blind  locality  the arithmetic
-//	in zone, every zone up                    38.0%     97.3%      96.7%
-//	in zone, zone a at half                   34.2%     80.3%      80.4%
-//	busiest backend / capacity, before        62.6%     60.9%
-//	busiest backend / capacity, during        89.5%     86.7%
-//	p99                                     35.7 ms   33.0 ms
-//	failed requests (of about 750,000)            6         5
-//
-// The arithmetic is the worked example's: zone a's 14 of 30 backends
-// against its 50% of the callers keep 14/30 ÷ 0.5 = 93.3% of its
-// traffic, and 7/23 ÷ 0.5 = 60.9% once it has 7 of the 23 left; every
-// other zone keeps all of its own. So the local zone keeps at least 90%
-// while every zone has capacity, spills when one degrades, pushes no
-// backend past its capacity and has a lower p99 than zone-blind routing,
-// which sends 62% of the requests across zones. The simulator's
-// requests carry a Key (the user's address), so each user's zone comes
-// from its key's hash and the shares from how 350 users' hashes fall:
-// 97.3% rather than 96.7%, and zone b a little more loaded than c during
-// the outage (86.0% against 77.5%, TestZones at half length). Round
-// robin and lrt inside meet the same goals; hash pickers inside overload
-// backends with or without locality (the tables in package bench/sim).
+// lbsim's zones scenario (go run ./bench/cmd/lbsim -scenarios zones;
+// package bench/sim, "Fleets") plays three zones of 14, 10 and 6 backends
+// serving in about 10 ms, 4 requests at once; 10 callers spread 5, 3 and
+// 2 over them (Config.Callers says so); 2 ms more across zones; at 1
+// minute zone a loses 7 of its 14 backends. Health (active checks,
+// passive ejection, retries) goes around the Balancer, with each
+// algorithm inside each zone, against health around one picker over all
+// 30. The worked example's arithmetic says what to expect: zone a's 14
+// of 30 backends against its 50% of the callers keep 14/30 ÷ 0.5 = 93.3%
+// of its traffic, and 7/23 ÷ 0.5 = 60.9% once it has 7 of the 23 left;
+// every other zone keeps all of its own, so 96.7% and then 80.4% of all
+// requests stay in their zone. The simulator's requests carry a Key (the
+// user's address), so each user's zone comes from its key's hash, and the
+// shares from how the users' hashes fall. TestZones (package bench/sim)
+// holds the local zone to at least 90% while every zone has capacity,
+// and each zone's load during the outage within 15% of the others';
+// docs/results.md has the tables.
 //
 // # Concurrency
 //
 // Pick and Done are safe for concurrent use with each other and with the
-// writers (Update, UpdateHealth, SetCallers, Start, Close), which
+// writers (Update, UpdateHealth, SetCallers, SetOverprovisioning, Start,
+// Close), which
 // serialise on a mutex that Pick and Done never take. A
 // writer updates the pickers that gain backends, then publishes the new
 // routing, then empties the pickers left without any, so that a Pick

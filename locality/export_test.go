@@ -12,3 +12,13 @@ func Pickers(b *Balancer) int {
 	defer b.mu.Unlock()
 	return len(b.groups)
 }
+
+// Child returns the picker of zone at priority, or nil if b has none.
+func Child(b *Balancer, priority int, zone string) balancer.Balancer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if g := b.groups[groupKey{priority, zone}]; g != nil {
+		return g.child
+	}
+	return nil
+}

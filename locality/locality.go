@@ -24,7 +24,7 @@ import (
 //
 // Pick and Done are safe for concurrent use, take no lock and allocate
 // nothing beyond what the pickers inside do. Update, UpdateHealth,
-// SetCallers, Start and Close serialise on a mutex that Pick and Done
+// SetCallers, SetOverprovisioning, Start and Close serialise on a mutex that Pick and Done
 // never take. A Balancer must not be copied.
 type Balancer struct {
 	// Immutable after New.
@@ -39,15 +39,17 @@ type Balancer struct {
 	cur atomic.Pointer[snapshot]
 
 	// Guarded by mu.
-	mu      sync.Mutex
-	callers map[string]int
-	set     balancer.Set // the last set taken, and its health
-	healthy []bool
-	groups  map[groupKey]*group // every picker made, by level and zone
-	spare   balancer.Balancer   // the picker New made, for the first group
-	retired map[string]*group   // removed backends' last groups, for late Dones
-	queue   []string            // retirement order, oldest first; may hold stale IDs
-	ctx     context.Context     // Start's, for pickers made later; nil before Start
+	mu       sync.Mutex
+	callers  map[string]int
+	overprov float64      // the factor in force: Config's, or SetOverprovisioning's
+	set      balancer.Set // the last set taken, and its health
+	healthy  []bool
+	groups   map[groupKey]*group // every picker made, by level and zone
+	spare    balancer.Balancer   // the picker New made, for the first group
+	retired  map[string]*place   // removed backends' last places, for late Dones
+	queue    []string            // retirement order, oldest first; may hold stale IDs
+	ctx      context.Context     // Start's, for pickers made later; nil before Start
+	closed   bool                // Close was called: pickers made later are closed at once
 }
 
 var (
@@ -63,13 +65,102 @@ type groupKey struct {
 	zone     string
 }
 
-// group is the picker of one zone at one priority. child and fb are
+// group is the picker of one zone at one priority. child, fb and ic are
 // immutable; handed is guarded by Balancer.mu.
 type group struct {
 	key    groupKey
 	child  balancer.Balancer
-	fb     balancer.Feedback // child's, or nil
+	fb     balancer.Feedback        // child's, or nil
+	ic     balancer.InFlightCounter // child's, or nil
 	handed []balancer.Backend
+}
+
+// home is a group a backend was handed to, with the Backend value it was
+// handed: the value its picker returns, and its callers' Done passes back.
+type home struct {
+	g *group
+	b balancer.Backend
+}
+
+// place is where Done sends the results of one ID: the group it is in
+// now (or was in last, once removed), with the value handed there, and
+// the other groups it was in before (it moved to another zone or
+// priority), each with the last value handed there, newest first.
+// Immutable once published.
+type place struct {
+	home
+	before []home // nil unless the backend moved; at most maxMoves
+}
+
+// maxMoves bounds the earlier groups a place remembers: the Dones of
+// requests picked in a zone the backend left more than maxMoves zones
+// ago go to the group it is in now.
+const maxMoves = 8
+
+// from returns the group whose picker picked be, whose ID is id.
+//
+// Requests picked in the old zone and in the new one are in flight
+// together; the value tells them apart. A new Locality is a new value
+// (Endpoint.At, lbkube, DNS refreshes make one), whose Locality still
+// names the group it was handed to: an earlier value goes to the earlier
+// group its Locality names. The value handed now goes to the group it is
+// in now, unless the same value was handed to an earlier group (a Backend
+// whose Locality changed in place): then that group takes the Dones while
+// its picker counts requests to id (balancer.InFlightCounter), so that
+// both counts come back to zero, but for a race: two Dones that read the
+// old picker's last request at once both go there, and the new picker
+// keeps one.
+//
+// Why not a record kept only while the old picker counts: it would be
+// read at the Update, while a Pick that loaded the old picker's set
+// before its Update may still count one more.
+func (pl *place) from(be balancer.Backend, id string) *group {
+	if len(pl.before) == 0 {
+		return pl.g
+	}
+	if be == pl.b {
+		for i := range pl.before {
+			h := &pl.before[i]
+			if h.b == be && h.g.ic != nil && h.g.ic.InFlight(id) > 0 {
+				return h.g
+			}
+		}
+		return pl.g
+	}
+	l := balancer.LocalityOf(be)
+	for i := range pl.before {
+		if k := pl.before[i].g.key; k.priority == l.Priority && k.zone == l.Zone {
+			return pl.before[i].g
+		}
+	}
+	return pl.g
+}
+
+// moved returns the earlier homes of a backend now handed to g as b:
+// old's home (old is its place in the previous snapshot) and old's
+// earlier homes, one per group other than g, newest first, at most
+// maxMoves. b.mu must be held.
+func moved(old *place, g *group) []home {
+	if old == nil || (old.g == g && len(old.before) == 0) {
+		return nil
+	}
+	var out []home
+	add := func(h home) {
+		if len(out) == maxMoves || h.g == g {
+			return
+		}
+		for _, o := range out {
+			if o.g == h.g {
+				return
+			}
+		}
+		out = append(out, h)
+	}
+	add(old.home)
+	for _, h := range old.before {
+		add(h)
+	}
+	return out
 }
 
 // snapshot is what Pick reads: every group with backends, in walk order
@@ -81,10 +172,10 @@ type snapshot struct {
 	total    int // backends over walk
 	levels   []levelRoute
 	levelCut []uint64 // x < levelCut[i]: level i; cumulative
-	byID     map[string]*group
-	// only is the one group every backend of byID belongs to, if there is
-	// one (a set without localities): Pick draws nothing and Done looks
-	// nothing up. feedback is whether any group's picker has a Done.
+	byID     map[string]*place
+	// only is the one group every backend of byID belongs to, and has
+	// always belonged to, if there is one (a set without localities):
+	// Pick draws nothing and Done looks nothing up. feedback is whether any group's picker has a Done.
 	only     *group
 	feedback bool
 	view     View
@@ -128,9 +219,10 @@ func New(newPicker func() balancer.Balancer, cfg Config) (*Balancer, error) {
 		newPicker: newPicker,
 		s:         s,
 		callers:   s.callers,
+		overprov:  s.overprov,
 		groups:    make(map[groupKey]*group),
 		spare:     first,
-		retired:   make(map[string]*group),
+		retired:   make(map[string]*place),
 	}
 	b.cur.Store(&snapshot{})
 	return b, nil
@@ -210,6 +302,34 @@ func (b *Balancer) SetCallers(callers map[string]int) error {
 	return b.apply(b.set, b.healthy, c)
 }
 
+// SetOverprovisioning replaces Config.Overprovisioning, the factor in
+// percent (100 to 1000; 0 goes back to the one New was given), for the
+// current set and those that follow: a discovery source whose endpoints
+// carry a factor of their own (an xDS ClusterLoadAssignment's
+// policy.overprovisioning_factor) sets it with each set. It returns an
+// error wrapping ErrConfig for a factor out of range, and keeps the
+// previous one.
+//
+// Cost: that of an UpdateHealth of the current set, without picker
+// Updates unless the levels' loads move a level into or out of panic.
+func (b *Balancer) SetOverprovisioning(percent int) error {
+	if percent == 0 {
+		percent = b.s.overprovPercent
+	}
+	if percent < 100 || percent > MaxOverprovisioning {
+		return fmt.Errorf("%w: overprovisioning %d, want 0 (the Config's, %d) or 100 to %d", ErrConfig, percent, b.s.overprovPercent, MaxOverprovisioning)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	factor, routing := b.overprov, b.cur.Load()
+	b.overprov = float64(percent) / 100
+	err := b.apply(b.set, b.healthy, b.callers)
+	if err != nil && b.cur.Load() == routing {
+		b.overprov = factor
+	}
+	return err
+}
+
 // apply lays out set and publishes the routing: pickers that gain or keep
 // backends are updated first, then the snapshot is published (and set,
 // healthy and callers become the Balancer's), then the pickers left
@@ -217,7 +337,9 @@ func (b *Balancer) SetCallers(callers map[string]int) error {
 // finds a picker with backends. An error before publishing leaves
 // everything as it was. b.mu must be held.
 func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]int) error {
-	l := plan(set, healthy, b.s, callers)
+	st := b.s
+	st.overprov = b.overprov
+	l := plan(set, healthy, st, callers)
 	type change struct {
 		g      *group
 		before []balancer.Backend
@@ -231,9 +353,11 @@ func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]in
 	}
 	live := make(map[*group]bool)    // groups whose picker has backends now
 	present := make(map[*group]bool) // groups of the set, with backends or not
-	s := &snapshot{byID: make(map[string]*group, set.Len()+len(b.retired))}
-	for id, g := range b.retired {
-		s.byID[id] = g
+	prev := b.cur.Load()
+	places := make([]place, set.Len())
+	s := &snapshot{byID: make(map[string]*place, set.Len()+len(b.retired))}
+	for id, pl := range b.retired {
+		s.byID[id] = pl
 	}
 	for _, lv := range l.levels {
 		var lr levelRoute
@@ -248,7 +372,9 @@ func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]in
 			}
 			present[g] = true
 			for _, i := range z.all {
-				s.byID[set.IDs[i]] = g
+				id, be := set.IDs[i], set.Backends[i]
+				places[i] = place{home: home{g, be}, before: moved(prev.byID[id], g)}
+				s.byID[id] = &places[i]
 			}
 			next := make([]balancer.Backend, len(z.handed))
 			for j, i := range z.handed {
@@ -293,13 +419,18 @@ func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]in
 		}
 	}
 	s.levelCut = cumulative(loads)
-	for _, g := range s.byID {
-		s.feedback = s.feedback || g.fb != nil
-		if s.only == nil {
-			s.only = g
-		} else if s.only != g {
-			s.only = nil
-			break
+	alone := true // every place is in one group, and none has moved
+	for _, pl := range s.byID {
+		s.feedback = s.feedback || pl.g.fb != nil
+		for _, h := range pl.before {
+			s.feedback = s.feedback || h.g.fb != nil
+		}
+		switch {
+		case !alone:
+		case len(pl.before) > 0, s.only != nil && s.only != pl.g:
+			alone, s.only = false, nil
+		default:
+			s.only = pl.g
 		}
 	}
 	if s.only != nil {
@@ -318,7 +449,7 @@ func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]in
 			g.handed = nil
 		}
 	}
-	b.trimGroups(present)
+	b.trimGroups(present, s)
 	return errors.Join(errs...)
 }
 
@@ -327,13 +458,16 @@ func (b *Balancer) apply(set balancer.Set, healthy []bool, callers map[string]in
 const maxIdle = 64
 
 // trimGroups drops idle pickers beyond maxIdle, in key order: those of no
-// zone of the set, without backends, and not needed by a removed backend's
-// late Done (those are bounded by the retired record, max(n, 64)). b.mu
-// must be held.
-func (b *Balancer) trimGroups(present map[*group]bool) {
+// zone of the set, without backends, and not needed by a late Done of a
+// removed or moved backend (those are bounded by the retired record,
+// max(n, 64), and maxMoves), as s routes them. b.mu must be held.
+func (b *Balancer) trimGroups(present map[*group]bool, s *snapshot) {
 	needed := make(map[*group]bool)
-	for _, g := range b.retired {
-		needed[g] = true
+	for _, pl := range s.byID {
+		needed[pl.g] = true
+		for _, h := range pl.before {
+			needed[h.g] = true
+		}
 	}
 	var idle []*group
 	for _, g := range b.groups {
@@ -349,9 +483,7 @@ func (b *Balancer) trimGroups(present map[*group]bool) {
 	})
 	for _, g := range idle[maxIdle:] {
 		delete(b.groups, g.key)
-		if c, ok := g.child.(io.Closer); ok {
-			_ = c.Close()
-		}
+		_ = balancer.CloseInner(g.child)
 	}
 }
 
@@ -368,20 +500,26 @@ func (b *Balancer) group(key groupKey) (*group, error) {
 			return nil, fmt.Errorf("locality: update: newPicker returned nil for zone %q at priority %d", key.zone, key.priority)
 		}
 	}
-	if b.ctx != nil {
-		if s, ok := child.(interface{ Start(context.Context) error }); ok {
-			if err := s.Start(b.ctx); err != nil {
-				return nil, fmt.Errorf("locality: update: starting the picker of zone %q at priority %d: %w", key.zone, key.priority, err)
-			}
+	switch {
+	case b.closed:
+		// No background work after Close: a picker made now is closed
+		// before it is used, as Close closed the others.
+		if err := balancer.CloseInner(child); err != nil {
+			return nil, fmt.Errorf("locality: update: closing the picker of zone %q at priority %d: %w", key.zone, key.priority, err)
+		}
+	case b.ctx != nil:
+		if err := balancer.StartInner(b.ctx, child); err != nil {
+			return nil, fmt.Errorf("locality: update: starting the picker of zone %q at priority %d: %w", key.zone, key.priority, err)
 		}
 	}
 	g := &group{key: key, child: child}
 	g.fb, _ = child.(balancer.Feedback)
+	g.ic, _ = child.(balancer.InFlightCounter)
 	b.groups[key] = g
 	return g, nil
 }
 
-// retire remembers the groups of the backends of the previous set that
+// retire remembers the places of the backends of the previous set that
 // left it, the last max(n, 64) of them, so that a Done arriving after the
 // removal still reaches the picker that counted the request. b.mu must be
 // held; set is the new set.
@@ -394,8 +532,9 @@ func (b *Balancer) retire(set balancer.Set) {
 	}
 	for _, id := range b.set.IDs {
 		if !in[id] {
-			if g := prev.byID[id]; g != nil {
-				b.retired[id] = g
+			if pl := prev.byID[id]; pl != nil {
+				kept := *pl // not a pointer into the snapshot's array, which it would keep
+				b.retired[id] = &kept
 				b.queue = append(b.queue, id)
 			}
 		}
@@ -582,14 +721,22 @@ func (s *snapshot) route(x uint64) int {
 	return lv.zones[choose(lv.cut, mix(y^keySalt))]
 }
 
-// Done passes the result to the picker of b's zone, if it is a
-// balancer.Feedback: the picker of the zone b was in when it was picked,
-// also after b has left the set (for the last max(n, 64) backends
-// removed). Done for nil or an unknown backend does nothing.
+// Done passes the result to the picker that picked be, if it is a
+// balancer.Feedback: the picker of the zone and priority be was in when
+// it was picked, also after be has left the set (for the last max(n, 64)
+// backends removed) or moved to another zone or priority (for its last 8
+// zones). A moved backend's requests are told apart by the value: one
+// with a Locality of an earlier zone goes to that zone's picker (a new
+// Locality is a new value: Endpoint.At, lbkube); when the same value
+// moved (a Backend whose Locality changed in place), the old zone's
+// picker takes its Dones while it counts requests to be
+// (balancer.InFlightCounter). Done for nil or an unknown backend does
+// nothing.
 //
 // Cost: one atomic load, one map read by ID (none when every backend is
-// in one zone and level, or no picker inside has a Done), and the inner
-// Done; no lock, no allocation.
+// in one zone and level, or no picker inside has a Done), for a moved
+// backend a comparison per earlier zone, and the inner Done; no lock, no
+// allocation.
 func (b *Balancer) Done(be balancer.Backend, r balancer.Result) {
 	s := b.cur.Load()
 	if !s.feedback || be == nil {
@@ -597,32 +744,46 @@ func (b *Balancer) Done(be balancer.Backend, r balancer.Result) {
 	}
 	g := s.only
 	if g == nil {
-		g = s.byID[be.ID()]
+		id := be.ID()
+		pl := s.byID[id]
+		if pl == nil {
+			return
+		}
+		g = pl.from(be, id)
 	}
-	if g != nil && g.fb != nil {
+	if g.fb != nil {
 		g.fb.Done(be, r)
 	}
 }
 
 // Start starts the background work of every picker inside that has a
-// Start method, now and as pickers are made for new zones, until ctx ends.
-// It returns their errors, joined.
+// Start method (balancer.StartInner), now and as pickers are made for new
+// zones, until ctx ends. It returns their errors, joined, each as it is.
+// A second Start returns an error wrapping balancer.ErrStarted, and Start
+// after Close one wrapping balancer.ErrClosed, and neither starts
+// anything.
 func (b *Balancer) Start(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return fmt.Errorf("locality: start: %w", balancer.ErrClosed)
+	case b.ctx != nil:
+		return fmt.Errorf("locality: start: %w", balancer.ErrStarted)
+	}
 	b.ctx = ctx
 	var errs []error
 	for _, g := range b.groups {
-		if s, ok := g.child.(interface{ Start(context.Context) error }); ok {
-			errs = append(errs, s.Start(ctx))
-		}
+		errs = append(errs, balancer.StartInner(ctx, g.child))
 	}
 	return errors.Join(errs...)
 }
 
-// Close closes every picker inside that is an io.Closer, and returns their
-// errors, joined. The Balancer keeps working, without their background
-// work.
+// Close closes every picker inside that is an io.Closer
+// (balancer.CloseInner), and returns their errors, joined; a picker made
+// for a new zone after Close is closed as it is made. The Balancer keeps
+// working, without their background work. Close is idempotent: a second
+// Close does nothing.
 //
 // A Balancer has no Unwrap: it holds a picker per zone, not one. Put
 // health around it (see the package doc) and call health's Drain,
@@ -631,11 +792,13 @@ func (b *Balancer) Start(ctx context.Context) error {
 func (b *Balancer) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
 	var errs []error
 	for _, g := range b.groups {
-		if c, ok := g.child.(io.Closer); ok {
-			errs = append(errs, c.Close())
-		}
+		errs = append(errs, balancer.CloseInner(g.child))
 	}
 	return errors.Join(errs...)
 }

@@ -24,22 +24,23 @@ func TestNewRefuses(t *testing.T) {
 		cfg       locality.Config
 		msg       string
 	}{
-		{"nil newPicker", nil, locality.Config{}, "locality: invalid config: nil newPicker"},
-		{"newPicker returns nil", func() balancer.Balancer { return nil }, locality.Config{}, "locality: invalid config: newPicker returned nil"},
-		{"newPicker returns a nil pointer", func() balancer.Balancer { return (*rr.Picker)(nil) }, locality.Config{}, "locality: invalid config: newPicker returned nil"},
-		{"negative MinSize", newRR, locality.Config{MinSize: -1}, "locality: invalid config: MinSize is -1, want 0 (the default, 6) or more"},
-		{"overprovisioning below 100", newRR, locality.Config{Overprovisioning: 99}, "locality: invalid config: Overprovisioning is 99, want 0 (the default, 140) or 100 to 1000"},
-		{"overprovisioning too large", newRR, locality.Config{Overprovisioning: 1001}, "locality: invalid config: Overprovisioning is 1001, want 0 (the default, 140) or 100 to 1000"},
-		{"negative panic", newRR, locality.Config{PanicPercent: -1}, "locality: invalid config: PanicPercent is -1, want 0 (the default, 50) or 1 to 100"},
-		{"panic above 100", newRR, locality.Config{PanicPercent: 101}, "locality: invalid config: PanicPercent is 101, want 0 (the default, 50) or 1 to 100"},
-		{"negative callers", newRR, locality.Config{Callers: map[string]int{"a": 1, "b": -1}}, `locality: invalid config: Callers["b"] is -1, want 0 or more`},
-		{"no callers", newRR, locality.Config{Callers: map[string]int{"a": 0}}, "locality: invalid config: Callers counts no caller in any zone; pass nil to spread callers as the backends"},
+		{"nil newPicker", nil, locality.Config{}, "locality: invalid config: balancer: bad option: nil newPicker"},
+		{"newPicker returns nil", func() balancer.Balancer { return nil }, locality.Config{}, "locality: invalid config: balancer: bad option: newPicker returned nil"},
+		{"newPicker returns a nil pointer", func() balancer.Balancer { return (*rr.Picker)(nil) }, locality.Config{}, "locality: invalid config: balancer: bad option: newPicker returned nil"},
+		{"negative MinSize", newRR, locality.Config{MinSize: -1}, "locality: invalid config: balancer: bad option: MinSize is -1, want 0 (the default, 6) or more"},
+		{"overprovisioning below 100", newRR, locality.Config{Overprovisioning: 99}, "locality: invalid config: balancer: bad option: Overprovisioning is 99, want 0 (the default, 140) or 100 to 1000"},
+		{"overprovisioning too large", newRR, locality.Config{Overprovisioning: 1001}, "locality: invalid config: balancer: bad option: Overprovisioning is 1001, want 0 (the default, 140) or 100 to 1000"},
+		{"negative panic", newRR, locality.Config{PanicPercent: -1}, "locality: invalid config: balancer: bad option: PanicPercent is -1, want 0 (the default, 50) or 1 to 100"},
+		{"panic above 100", newRR, locality.Config{PanicPercent: 101}, "locality: invalid config: balancer: bad option: PanicPercent is 101, want 0 (the default, 50) or 1 to 100"},
+		{"negative callers", newRR, locality.Config{Callers: map[string]int{"a": 1, "b": -1}}, `locality: invalid config: balancer: bad option: Callers["b"] is -1, want 0 or more`},
+		{"no callers", newRR, locality.Config{Callers: map[string]int{"a": 0}}, "locality: invalid config: balancer: bad option: Callers counts no caller in any zone; pass nil to spread callers as the backends"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l, err := locality.New(tt.newPicker, tt.cfg)
 			assert.Nil(t, l)
 			assert.ErrorIs(t, err, locality.ErrConfig)
+			assert.ErrorIs(t, err, balancer.ErrBadOption)
 			assert.EqualError(t, err, tt.msg)
 		})
 	}
@@ -386,6 +387,41 @@ func TestSetCallers(t *testing.T) {
 	assert.InDelta(t, 1, zoneShares(l.View(), 0)["c"], 1e-9, "nil: callers spread as the backends")
 }
 
+// SetOverprovisioning changes the factor of a live Balancer (an xDS
+// ClusterLoadAssignment carries its own): the routing of the current set
+// follows at once, and later sets keep the new factor; 0 goes back to the
+// Config's; a factor out of range is refused and the previous one stays.
+func TestSetOverprovisioning(t *testing.T) {
+	l0, l1 := tier("a", 0, 10), tier("a", 1, 10)
+	two := concat(l0, l1)
+	l := newRR(t, locality.Config{Overprovisioning: 120})
+	require.NoError(t, l.UpdateHealth(two, healthOf(two, ids(l0[:4])...)))
+	assert.InDelta(t, 0.72, loads(l.View())[0], 1e-9, "Config's 1.2 × 60% healthy")
+
+	require.NoError(t, l.SetOverprovisioning(150))
+	assert.InDelta(t, 0.9, loads(l.View())[0], 1e-9, "1.5 × 60%")
+	require.NoError(t, l.SetOverprovisioning(100))
+	assert.InDelta(t, 0.6, loads(l.View())[0], 1e-9, "1.0 × 60%")
+
+	for _, bad := range []int{99, 1001, -1} {
+		err := l.SetOverprovisioning(bad)
+		require.ErrorIs(t, err, locality.ErrConfig, "%d", bad)
+		assert.Contains(t, err.Error(), fmt.Sprintf("overprovisioning %d", bad))
+	}
+	assert.InDelta(t, 0.6, loads(l.View())[0], 1e-9, "refused factors leave the previous one")
+
+	require.NoError(t, l.UpdateHealth(two, healthOf(two, ids(l0[:3])...)))
+	assert.InDelta(t, 0.7, loads(l.View())[0], 1e-9, "the next set keeps the factor")
+
+	require.NoError(t, l.SetOverprovisioning(0))
+	assert.InDelta(t, 0.84, loads(l.View())[0], 1e-9, "0: the Config's factor again, 1.2 × 70%")
+
+	fresh := newRR(t, locality.Config{})
+	require.NoError(t, fresh.SetOverprovisioning(200), "before any set")
+	require.NoError(t, fresh.UpdateHealth(two, healthOf(two, ids(l0[:6])...)))
+	assert.InDelta(t, 0.8, loads(fresh.View())[0], 1e-9, "2.0 × 40%, set before the first Update")
+}
+
 func TestEmpty(t *testing.T) {
 	l := newRR(t, locality.Config{Zone: "a"})
 	_, err := l.Pick(balancer.Request{})
@@ -416,11 +452,11 @@ func TestStartCloseReachPickers(t *testing.T) {
 	require.NoError(t, l.Update(concat(set, tier("c", 0, 1))))
 	require.Len(t, made, 3)
 	for _, h := range made {
-		assert.ErrorIs(t, h.Start(t.Context()), health.ErrStarted, "Start reached every picker, the late one too")
+		assert.ErrorIs(t, h.Start(t.Context()), balancer.ErrStarted, "Start reached every picker, the late one too")
 	}
 	require.NoError(t, l.Close())
 	for _, h := range made {
-		assert.ErrorIs(t, h.Start(t.Context()), health.ErrClosed, "Close reached every picker")
+		assert.ErrorIs(t, h.Start(t.Context()), balancer.ErrClosed, "Close reached every picker")
 	}
 
 	plain := newRR(t, locality.Config{})

@@ -41,7 +41,7 @@
 //     in-flight count. lrt steers away from a failing backend but keeps
 //     trying it now and then; it does not take it out.
 //
-// Package github.com/lbkit/lbkit/examples/lbhttp does all of this for
+// Package github.com/lbkit/lbkit/lbhttp does all of this for
 // net/http: a reverse proxy or client transport that calls Done with the
 // latency when the body ends, counts 5xx as failures, reports a client
 // that went away as abandoned, and retries with Avoid set. Wrap the picker
@@ -50,40 +50,33 @@
 //
 // # Choosing
 //
-// In lbkit's scenario simulator (go run ./bench/cmd/lbsim, seed 1), with
-// four backends answering in 50, 150, 300 and 500 ms and 100 closed-loop
-// users, lrt served 581.7 requests/s with a mean of 72 ms, against 425.3
-// for leastconn, 393.3 for wrr weighted 6:3:2:1 and 285.6 for rr. The naive
-// mode served more, 640.7, by sending 97% of requests to the fastest
-// backend: herding, which costs nothing only while capacity is unlimited.
-// With 16 request slots per backend (steady-cap), lrt served 461.6 (p99
-// 500 ms), naive 319.5 (p99 1.3 s) and leastconn 406.4. When the fastest
-// backend dies a minute in (scenario failure), lrt without health failed
-// 52,966 requests over the run and lost 68% of its throughput; with
-// health's active checks and passive ejection in front, 30 failed.
+// lrt keeps more requests in flight on the backends that answer fastest,
+// and fewer on the slow ones, than leastconn's even counts do; the naive
+// mode sends nearly everything to the fastest backend (herding), which
+// costs nothing while capacity is unlimited and queues once that backend
+// is full. lrt does not take a dead backend out: without health in front
+// it keeps trying one now and then (see Errors). lbsim's tables
+// (docs/results.md; go run ./bench/cmd/lbsim) set both modes beside every
+// other algorithm in the study's scenarios, with and without capacity
+// limits, behind one proxy and ten.
 //
 // # Why not plain least response time
 //
 // The study this library grew out of measured plain least response time
 // (send to the lowest average latency) in front of four backends answering
-// in 50, 150, 300 and 500 ms: it sent 100% of the traffic to the fastest
-// (active connections 35/0/0/0), and when that one failed, 100% to the
-// next. The fastest backend stays the fastest until it is overloaded, so
-// everything piles onto it: herding. The study proposed a composite of
-// response time × active connections. lrt ships that as its default mode,
-// Balanced, and keeps the plain rule as the Naive mode so that the
-// difference can be measured.
+// in 50, 150, 300 and 500 ms: it sent all of the traffic to the fastest,
+// and when that one failed, all of it to the next. The fastest backend
+// stays the fastest until it is overloaded, so everything piles onto it:
+// herding. The study proposed a composite of response time × active
+// connections. lrt ships that as its default mode, Balanced, and keeps
+// the plain rule as the Naive mode so that the difference can be
+// measured.
 //
-// In TestHerding, a simulation in virtual time driving a real Picker (100
-// closed-loop users waiting 100 ms between requests, 3 minutes, seed 1),
-// Naive sent 97% of requests to the 50 ms backend when backends had
-// unlimited capacity, reproducing the study (the rest went to the others
-// as their estimates decayed and they were tried again). With bounded
-// capacity, where each backend serves 8 requests at once and queues the
-// rest and 40 users ask more than the fastest can serve, Naive got a mean
-// of 158 ms and a p99 of 950 ms at 155 requests/s; Balanced got 90 ms and
-// 500 ms at 210 requests/s (35% more), sending 76/18/4.5/1.1% of requests
-// to the four backends.
+// TestHerding drives a real Picker in virtual time (closed-loop users,
+// seed 1): with unlimited capacity Naive sends more than 90% of requests
+// to the 50 ms backend, reproducing the study; with backends that serve a
+// few requests at once and queue the rest, Balanced gives a lower mean and
+// p99 than Naive, and still sends the fastest backend the most.
 //
 // # Algorithm
 //
@@ -120,9 +113,8 @@
 // it compares two drawn at random, Mitzenmacher's power of two choices, as
 // Finagle and Linkerd do. Two choices would cap the fastest of four
 // backends at half the traffic (each backend is in half the pairs), which
-// in TestHerding's bounded settings raised the mean latency from 90 to 148
-// ms (8 slots, 40 users) and from 681 to 932 ms, with a p99 of 2.9 s
-// instead of 1.5 s (4 slots, 100 users; TestScanOrTwoChoices); a scan of
+// in TestHerding's bounded settings raises the mean latency and the p99
+// (TestScanOrTwoChoices holds the scan's below two choices'); a scan of
 // four is cheap enough. In the Naive mode Pick compares the decayed
 // estimates alone, across the whole set. Ties go to a random backend. A
 // backend whose ID is Request.Avoid is skipped when there is another.
@@ -143,11 +135,10 @@
 //
 // The same holds for a backend that comes back after an absence, say an
 // ejection by a health check: its estimate has decayed all the while, and
-// after a minute it would look nearly free and draw every request (with
-// this rule taken out, the returning backend of TestComeback got all 40
-// requests held in flight, against 10 with it). So a backend that comes
-// back keeps its estimate only if that is still above the mean; otherwise
-// it restarts from the mean. An estimate untouched for 2³⁰ ticks (6.5 days
+// after a minute it would look nearly free and draw every request. So a
+// backend that comes back keeps its estimate only if that is still above
+// the mean; otherwise it restarts from the mean (TestComeback holds a
+// returning backend to its share of the requests held in flight). An estimate untouched for 2³⁰ ticks (6.5 days
 // at the default τ) counts as no measurement.
 //
 // Each published set lists the backends whose estimate is only a guess
@@ -190,7 +181,7 @@
 // # Time
 //
 // Done and Update read a clock (WithClock; by default the monotonic
-// clock, through time.Since, which costs about half of time.Now). Pick
+// clock, through time.Since, which reads no wall clock). Pick
 // reads none: it compares two decayed estimates, and for a common now the
 // decay of each is e^(−(now−stamp)/τ), so now cancels and only the gap
 // between the two stamps matters. This is exact, not an approximation, and
@@ -216,13 +207,11 @@
 // pick to pick. Pick, Naive: O(n). No lock, no allocation, no clock.
 //
 // The scan stops at four because it grows with the set while two choices
-// do not: when the threshold was set, comparing all of eight backends took
-// 66 ns against 37 for two choices on a 2-core AMD EPYC VM
-// (BenchmarkScanOrTwoChoices; Pick has since gained the load of the trial
-// counter). Under parallel load the scan of four also reads the in-flight
-// counters of all four backends, which the other cores keep writing. The
-// scan is still worth it; what it buys is tens of milliseconds per request
-// (see above), not nanoseconds. BenchmarkPick measures Pick alone, serial
+// do not (BenchmarkScanOrTwoChoices sets them side by side at 2 to 16
+// backends). Under parallel load the scan of four also reads the
+// in-flight counters of all four backends, which the other cores keep
+// writing. The scan is still worth it; what it buys is latency per
+// request (see above), not nanoseconds. BenchmarkPick measures Pick alone, serial
 // and parallel, in both modes at 4, 64 and 1024 backends; BenchmarkPickDone
 // the pair through the shared harness.
 //

@@ -96,10 +96,9 @@ func (m Mode) String() string {
 // scanMax is the largest set Balanced compares in full. With two choices a
 // backend can win at most the share of pairs it is drawn in, 2/n of picks,
 // which at four backends caps the fastest at half the traffic even when it
-// could take more (TestScanOrTwoChoices). When the value was chosen, a full
-// scan of four cost 45 ns against 36 for two choices, of eight 66 ns
-// against 37 (BenchmarkScanOrTwoChoices, before the trial of unmeasured
-// backends was added to Pick): four is where the scan stops paying.
+// could take more (TestScanOrTwoChoices). The scan's cost grows with the
+// set and two choices' does not (BenchmarkScanOrTwoChoices): four is
+// where, when the value was chosen, the scan stopped paying.
 const scanMax = 4
 
 // Defaults.
@@ -133,6 +132,7 @@ type config struct {
 	tau     time.Duration
 	initial float64 // nanoseconds
 	factor  float64
+	err     error // the first bad option, which Update returns
 
 	// Derived in New.
 	shift   uint          // a tick is 2^shift ns
@@ -145,62 +145,81 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// WithMode sets the selection rule. The default is Balanced.
+// bad keeps err if it is the first bad option.
+func (c *config) bad(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// WithMode sets the selection rule. The default is Balanced. A Mode other
+// than Balanced and Naive is a bad option.
 func WithMode(m Mode) Option {
 	return optionFunc(func(c *config) {
-		if m == Balanced || m == Naive {
-			c.mode = m
+		if m != Balanced && m != Naive {
+			c.bad(balancer.BadOption("WithMode", m, "Balanced or Naive"))
+			return
 		}
+		c.mode = m
 	})
 }
 
 // WithRand sets the random source for the power of two choices and for
 // breaking ties. The default is math/rand/v2's Uint64. Tests and simulations
-// pass a seeded source to make choices repeatable.
+// pass a seeded source to make choices repeatable. A nil f is a bad option.
 func WithRand(f func() uint64) Option {
 	return optionFunc(func(c *config) {
-		if f != nil {
-			c.rand = f
+		if f == nil {
+			c.bad(balancer.BadOption("WithRand", "nil", "a function"))
+			return
 		}
+		c.rand = f
 	})
 }
 
 // WithClock sets the clock that Done and Update read (Pick reads none). The
 // default is the monotonic clock. Simulations and tests pass a clock of
 // their own to drive time; it should not step back, and if it does, the
-// time between two updates counts as zero.
+// time between two updates counts as zero. A nil now is a bad option.
 func WithClock(now func() time.Time) Option {
 	return optionFunc(func(c *config) {
-		if now != nil {
-			c.clock = now
+		if now == nil {
+			c.bad(balancer.BadOption("WithClock", "nil", "a function"))
+			return
 		}
+		c.clock = now
 	})
 }
 
 // WithDecay sets τ, the time constant of the estimate: a response's weight
 // in it falls by a factor e every τ, and an idle backend's estimate decays
-// toward zero by the same factor. The default is DefaultDecay (10 s).
-// Values below a millisecond are ignored.
+// toward zero by the same factor. The default is DefaultDecay (10 s). A
+// τ below a millisecond is a bad option (the estimate's clock ticks in
+// τ/2¹⁴; see New).
 func WithDecay(tau time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if tau >= time.Millisecond {
-			c.tau = tau
+		if tau < time.Millisecond {
+			c.bad(balancer.BadOption("WithDecay", tau, "at least 1ms"))
+			return
 		}
+		c.tau = tau
 	})
 }
 
 // WithInitial sets the provisional estimate given to backends when no
 // backend of the set has been measured, at start-up usually; later
 // additions get the mean of the measured estimates instead. The default
-// is DefaultInitial (100 ms). Values of zero or less are ignored: with an
-// estimate of zero, unmeasured backends would take every request until
-// they answered. Values above the cap on every estimate (2⁴³ ns, about
-// 2 h 26 min) are lowered to it.
+// is DefaultInitial (100 ms). d must be above zero (with an estimate of
+// zero, unmeasured backends would take every request until they answered)
+// and at most the cap on every estimate (2⁴³ ns, about 2 h 26 min);
+// another d is a bad option.
 func WithInitial(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.initial = min(float64(d), maxEstimate)
+		if d <= 0 || float64(d) > maxEstimate {
+			c.bad(balancer.BadOption("WithInitial", d, "more than 0 and at most "+time.Duration(maxEstimate).String()))
+			return
 		}
+		c.initial = float64(d)
 	})
 }
 
@@ -211,16 +230,21 @@ func WithInitial(d time.Duration) Option {
 // factor at 64 (k = 6); with a factor of 1.1 at 1.1¹⁶ ≈ 4.6.
 // The default is DefaultErrorFactor (2). A factor of 1 records a failure
 // as a response no faster than the backend's usual, so that it never
-// lowers the estimate; factors below 1, and NaN, are ignored.
+// lowers the estimate; a factor below 1, NaN or an infinity is a bad
+// option.
 func WithErrorFactor(f float64) Option {
 	return optionFunc(func(c *config) {
-		if f >= 1 && !math.IsInf(f, 0) {
-			c.factor = f
+		if !(f >= 1) || math.IsInf(f, 0) {
+			c.bad(balancer.BadOption("WithErrorFactor", f, "a finite number, 1 or more"))
+			return
 		}
+		c.factor = f
 	})
 }
 
 // New returns a Picker with an empty set; call Update to give it backends.
+// A bad option (see balancer.ErrBadOption) makes every Update return its
+// error, and the Picker stays empty.
 func New(opts ...Option) *Picker {
 	c := config{
 		scanMax: scanMax,
@@ -291,6 +315,9 @@ func tickClock(clock func() time.Time, shift uint) func() uint32 {
 func (p *Picker) Update(bs []balancer.Backend) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.cfg.err != nil {
+		return fmt.Errorf("lrt: update: %w", p.cfg.err)
+	}
 	set, err := balancer.NewSet(bs)
 	if err != nil {
 		return fmt.Errorf("lrt: update: %w", err)

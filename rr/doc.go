@@ -22,7 +22,7 @@
 //   - Errors: round robin does not see them. A dead or slow backend keeps
 //     getting its share until it leaves the set.
 //
-// Package github.com/lbkit/lbkit/examples/lbhttp wires a picker into
+// Package github.com/lbkit/lbkit/lbhttp wires a picker into
 // net/http: a reverse proxy or client transport that retries a refused
 // connection on another backend with Avoid set. Wrap the picker in
 // github.com/lbkit/lbkit/health to keep dead and failing backends out of
@@ -31,16 +31,12 @@
 // # Choosing
 //
 // Round robin ignores how long requests take, so a slow backend holds more
-// of them. In lbkit's scenario simulator (go run ./bench/cmd/lbsim, seed 1;
-// backends answering in 50, 150, 300 and 500 ms, 100 closed-loop users),
-// rr served 285.6 requests/s where leastconn served 425.3 and lrt 581.7;
-// with 16 request slots per backend (scenario steady-cap) rr fell to 128.9
-// requests/s with a p99 of 2.4 s, as the 500 ms backend queued its quarter
-// of the traffic, against 406.4 for leastconn. With backends that answer
-// alike those differences vanish and rr is the cheapest pick there is.
-// When the fastest backend dies a minute in (scenario failure), rr without
-// health failed 8,892 requests over the run; with health's active checks
-// and passive ejection in front, 4.
+// of them, and with backends that serve a bounded number at once the
+// slowest one queues its full share. With backends that answer alike it
+// is as good as any and the cheapest pick there is. Without health in
+// front, a dead backend keeps its share of requests until it leaves the
+// set. lbsim's tables (docs/results.md; go run ./bench/cmd/lbsim) set rr
+// beside every other algorithm in the study's scenarios.
 //
 // # Algorithm
 //
@@ -50,8 +46,8 @@
 // (WithRand makes the start repeatable). It carries on across updates, so
 // an update does not send a burst to the first backend. The counter is 64
 // bits wide, so it never wraps in practice. (A division-free remainder,
-// Lemire's fastmod, was tried and measured no faster here: the atomic add,
-// not the division, sets the pace.)
+// Lemire's fastmod, was tried and was no faster in BenchmarkPick: the
+// atomic add, not the division, sets the pace.)
 //
 // A request whose Avoid names the backend whose turn it is gets the next one.
 // Weights are validated but not used.

@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/lbhttp"
 	"github.com/lbkit/lbkit/rr"
 )
 

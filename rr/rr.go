@@ -27,7 +27,9 @@ type Picker struct {
 	snap atomic.Pointer[snapshot] // the published set; empty, never nil, after New
 	// Guarded by itself: taken by Update only.
 	mu sync.Mutex
-	_  [64 - 8 - 8]byte
+	// Immutable after New: the first bad option, which Update returns.
+	err error
+	_   [64 - 8 - 8 - 16]byte
 
 	// Atomic: written by every Pick.
 	next atomic.Uint64 // position of the last pick; starts random
@@ -58,6 +60,7 @@ type Option interface {
 
 type config struct {
 	rand func() uint64
+	err  error // the first bad option
 }
 
 type optionFunc func(*config)
@@ -67,23 +70,33 @@ func (f optionFunc) apply(c *config) { f(c) }
 // WithRand sets the source of the random start position. The default is
 // math/rand/v2's Uint64, so that a fleet of proxies started together does not
 // send its first requests to the same backend. Tests and simulations pass a
-// seeded source to make the sequence repeatable.
+// seeded source to make the sequence repeatable. A nil f is a bad option.
 func WithRand(f func() uint64) Option {
 	return optionFunc(func(c *config) {
-		if f != nil {
-			c.rand = f
+		if f == nil {
+			c.bad(balancer.BadOption("WithRand", "nil", "a function"))
+			return
 		}
+		c.rand = f
 	})
 }
 
+// bad keeps err if it is the first bad option.
+func (c *config) bad(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
 // New returns a round-robin Picker with an empty set; call Update to give it
-// backends.
+// backends. A bad option (see balancer.ErrBadOption) makes every Update
+// return its error, and the Picker stays empty.
 func New(opts ...Option) *Picker {
 	c := config{rand: rand.Uint64}
 	for _, o := range opts {
 		o.apply(&c)
 	}
-	p := &Picker{}
+	p := &Picker{err: c.err}
 	p.next.Store(c.rand() - 1) // Pick adds before it reads
 	p.snap.Store(&snapshot{})
 	return p
@@ -99,10 +112,16 @@ func New(opts ...Option) *Picker {
 // while another runs waits for it, so a slow Update that started first
 // cannot overwrite a newer set.
 //
+// If an option given to New was bad, Update returns its error (wrapping
+// balancer.ErrBadOption) every time and the set stays empty.
+//
 // Cost: O(n) and a few allocations.
 func (p *Picker) Update(bs []balancer.Backend) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.err != nil {
+		return fmt.Errorf("rr: update: %w", p.err)
+	}
 	set, err := balancer.NewSet(bs)
 	if err != nil {
 		return fmt.Errorf("rr: update: %w", err)

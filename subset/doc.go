@@ -54,10 +54,10 @@
 // that is how many clients each backend has. The book groups clients
 // into rounds of n/k, each round a fresh shuffle; but a round's size
 // follows n, so one backend leaving a fleet of 300 with subsets of 20
-// regroups every round: written as the book writes it (TestRoundsChurn),
-// it moved 1,790 of the 2,000 (client, backend) pairs, where the ring
-// moves 11 (TestChurn).
-// The ring also needs no n divisible by k. The price: neighbouring
+// regroups every round: written as the book writes it, it moves most of
+// the (client, backend) pairs, where the ring moves a handful
+// (TestRoundsChurn holds the ring to a tenth of the rounds' moves at
+// most). The ring also needs no n divisible by k. The price: neighbouring
 // clients' subsets overlap (clients i and i+1 share all but about n/C
 // backends), where the book's rounds make a round's subsets disjoint.
 //
@@ -67,53 +67,41 @@
 //
 // # Spread
 //
-// The fleet, 100 clients and 300 backends with subsets of 20, each
-// client picking 600 times through its own round robin (TestSpread;
-// BenchmarkSpread reports the same figures):
-//
-//	                 clients per backend       picks per backend
-//	mode             mean   min  max           min/mean  max/mean
-//	deterministic    6.67   6    7             0.90      1.05
-//	rendezvous       6.67   0    14            0.00      2.10
-//
-// All-to-all would be 100 clients per backend: deterministic subsets hold
-// every backend at 7% of it or less and every backend's load within
-// −10% and +5% of the mean. Rendezvous hashing holds the mean at 6.7% but
-// draws: one backend of the 300 had no client at all and another 14;
-// gRFC A68 says as much (the spread narrows as k·C/n grows). Prefer the
+// The fleet, 100 clients and 300 backends with subsets of 20
+// (TestSpread; BenchmarkSpread reports the figures). All-to-all would be
+// 100 clients per backend. Deterministic subsets give every backend
+// ⌊k·C/n⌋ = 6 or ⌈k·C/n⌉ = 7 clients, 7% of all-to-all at most, and with
+// round robin inside, each client picking 600 times, a backend with 6
+// clients gets 6 × 600/20 = 180 picks and one with 7 gets 210, −10% and
+// +5% of the mean of 200. Rendezvous hashing holds the mean at 6.7
+// clients a backend but draws: some backends get no client at all and
+// others twice the mean; gRFC A68 says as much (the spread narrows as
+// k·C/n grows). TestSpread holds the deterministic mode to the ⌊k·C/n⌋
+// and ⌈k·C/n⌉ bounds and its load within 15% of the mean. Prefer the
 // deterministic mode where clients can be numbered.
 //
 // # Churn
 //
-// One backend of the 300 leaving, then one joining (TestChurn):
-// rendezvous moves 7 pairs (exactly the 7 subsets that held the leaver)
-// and 15 for the joiner; deterministic moves 11 and 16, no subset more
-// than two members. A change of Count in deterministic mode (the client
-// fleet scaling) moves every start and so most subsets.
+// One backend leaving, then one joining (TestChurn): rendezvous moves
+// exactly the subsets that held the leaver, one member each, and a
+// joiner displaces one member of a subset at most; deterministic moves no
+// subset more than two members, and at most 5% of the pairs. A change of
+// Count in deterministic mode (the client fleet scaling) moves every
+// start and so most subsets.
 //
-// # Measured: the fleet scenario
+// # The fleet scenario
 //
-// go run ./bench/cmd/lbsim -scenarios fleet (package bench/sim, "Fleets"):
-// 100 proxies of 10 users each in front of 300 backends serving in about
-// 10 ms, for a minute; each proxy's picker in a deterministic subset of
-// 20 (Index p of Count 100), against the same picker over all 300, seed
-// 1. Connections per backend are the proxies that sent it a request, as
-// many as a connection pool would open:
-//
-//	               connections per backend       load against the mean
-//	inside         all-to-all  subsets of 20     all-to-all     subsets of 20
-//	rr                    100  6.7, at most 7    −0.3%, +0.2%   −10.2%, +5.2%
-//	leastconn             100  6.7, at most 7    −6.8%, +6.7%   −14.3%, +10.4%
-//	lrt                   100  6.7, at most 7    −6.1%, +5.7%   −28.0%, +20.7%
-//
-// So subsets of 20 hold connections per backend at 7% of all-to-all, and
-// with round robin or least connections inside every backend's load
-// within ±15% of the mean: round robin's −10% and +5% are the 6 or 7
-// proxies each backend has, least connections adds the noise of its two
-// random choices (wider over a shorter run: −16.7% over 30 s). lrt does
-// not hold it: with a few requests in flight over 20 backends, each
-// proxy's lrt sends more to those its latency estimates favour. The tables
-// in package bench/sim have every algorithm.
+// lbsim's fleet scenario (go run ./bench/cmd/lbsim -scenarios fleet;
+// package bench/sim, "Fleets") plays 100 proxies of 10 users each in
+// front of 300 backends serving in about 10 ms, for a minute; each
+// proxy's picker in a deterministic subset of 20 (Index p of Count 100),
+// against the same picker over all 300. Connections per backend are the
+// proxies that sent it a request, as many as a connection pool would
+// open: 100 all-to-all, 6 or 7 in subsets. Round robin inside spreads the
+// load as the arithmetic above says; least connections adds the noise of
+// its two random choices, which shrinks over a longer run; lrt, with a
+// few requests in flight over 20 backends, sends more to those its
+// latency estimates favour. docs/results.md has every algorithm's figures.
 //
 // # Retries
 //
@@ -127,16 +115,11 @@
 // # Cost
 //
 // Pick: the inner Pick, plus, for a retry, a string comparison and an
-// atomic load; no lock, no allocation. Done: the inner Done. Measured
-// (go test -run '^$' -bench 'Pick/./././mode=serial' -benchtime 300ms
-// -count 3 ./subset/, load average 5 on 2 cores), Pick+Done through a
-// subset of 20 costs about 2 ns more than the bare picker with rr (10 ns
-// against 8 at 64 and 1024 backends); with leastconn the runs spread
-// from 32 to 83 ns with or without the subset, so the difference is
-// below the noise. Update: the
-// set's validation, n hashes and a sort, O(n log n), then the inner
-// Update of the subset: at 1024 backends about 0.2 to 0.4 ms besides the
-// inner Update (BenchmarkUpdate, on a loaded 2-core machine).
+// atomic load; no lock, no allocation. Done: the inner Done.
+// BenchmarkPick sets Pick+Done through a subset of 20 beside the bare
+// picker. Update: the set's validation, n hashes and a sort, O(n log n),
+// then the inner Update of the subset (BenchmarkUpdate, at 1024
+// backends).
 //
 // # Concurrency
 //

@@ -3,7 +3,6 @@ package subset
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -22,7 +21,9 @@ import (
 var (
 	// ErrConfig reports a Config that New refuses; the message names the
 	// field and the value at fault.
-	ErrConfig = errors.New("subset: invalid config")
+	// It wraps balancer.ErrBadOption, as every lbkit refusal of a
+	// configuration does.
+	ErrConfig = fmt.Errorf("subset: invalid config: %w", balancer.ErrBadOption)
 )
 
 // DefaultSize is the subset size of the zero Config: gRFC A68's default
@@ -303,23 +304,15 @@ func (b *Balancer) Subset() []string {
 }
 
 // Start starts the inner picker's background work, if it has a Start
-// method (health.Balancer has), and returns its error; otherwise it does
-// nothing.
-func (b *Balancer) Start(ctx context.Context) error {
-	if s, ok := b.inner.(interface{ Start(context.Context) error }); ok {
-		return s.Start(ctx)
-	}
-	return nil
-}
+// method (health.Balancer has), and returns its error as it is
+// (balancer.StartInner): a second Start of the stack returns the inner
+// layer's balancer.ErrStarted. Otherwise it does nothing.
+func (b *Balancer) Start(ctx context.Context) error { return balancer.StartInner(ctx, b.inner) }
 
 // Close closes the inner picker if it is an io.Closer (health.Balancer
-// is), and returns its error; otherwise it does nothing.
-func (b *Balancer) Close() error {
-	if c, ok := b.inner.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
+// is), and returns its error as it is (balancer.CloseInner); otherwise it
+// does nothing.
+func (b *Balancer) Close() error { return balancer.CloseInner(b.inner) }
 
 // Unwrap returns the picker inside, for its admin methods: health's
 // Drain, Maintenance and Enable are health's to answer (a backend outside

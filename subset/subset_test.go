@@ -69,21 +69,22 @@ func TestNewRefuses(t *testing.T) {
 		cfg   subset.Config
 		msg   string
 	}{
-		{"nil inner", nil, subset.Config{}, "subset: invalid config: nil inner balancer"},
-		{"nil pointer inner", nilRR, subset.Config{}, "subset: invalid config: nil inner balancer"},
-		{"negative size", rr.New(), subset.Config{Size: -1}, "subset: invalid config: Size is -1, want 0 (the default, 20) or more"},
-		{"negative count", rr.New(), subset.Config{Count: -2}, "subset: invalid config: Count is -2, want 0 (rendezvous mode) to 16777216"},
-		{"huge count", rr.New(), subset.Config{Count: subset.MaxCount + 1}, "subset: invalid config: Count is 16777217, want 0 (rendezvous mode) to 16777216"},
-		{"index without count", rr.New(), subset.Config{Index: 2}, "subset: invalid config: Index is 2 without a Count"},
-		{"index past count", rr.New(), subset.Config{Index: 3, Count: 3}, "subset: invalid config: Index is 3, want 0 to 2 (Count-1)"},
-		{"negative index", rr.New(), subset.Config{Index: -1, Count: 3}, "subset: invalid config: Index is -1, want 0 to 2 (Count-1)"},
-		{"both modes", rr.New(), subset.Config{ClientID: "a", Count: 3}, "subset: invalid config: ClientID and Count are set: choose rendezvous mode (ClientID) or deterministic mode (Count and Index)"},
+		{"nil inner", nil, subset.Config{}, "subset: invalid config: balancer: bad option: nil inner balancer"},
+		{"nil pointer inner", nilRR, subset.Config{}, "subset: invalid config: balancer: bad option: nil inner balancer"},
+		{"negative size", rr.New(), subset.Config{Size: -1}, "subset: invalid config: balancer: bad option: Size is -1, want 0 (the default, 20) or more"},
+		{"negative count", rr.New(), subset.Config{Count: -2}, "subset: invalid config: balancer: bad option: Count is -2, want 0 (rendezvous mode) to 16777216"},
+		{"huge count", rr.New(), subset.Config{Count: subset.MaxCount + 1}, "subset: invalid config: balancer: bad option: Count is 16777217, want 0 (rendezvous mode) to 16777216"},
+		{"index without count", rr.New(), subset.Config{Index: 2}, "subset: invalid config: balancer: bad option: Index is 2 without a Count"},
+		{"index past count", rr.New(), subset.Config{Index: 3, Count: 3}, "subset: invalid config: balancer: bad option: Index is 3, want 0 to 2 (Count-1)"},
+		{"negative index", rr.New(), subset.Config{Index: -1, Count: 3}, "subset: invalid config: balancer: bad option: Index is -1, want 0 to 2 (Count-1)"},
+		{"both modes", rr.New(), subset.Config{ClientID: "a", Count: 3}, "subset: invalid config: balancer: bad option: ClientID and Count are set: choose rendezvous mode (ClientID) or deterministic mode (Count and Index)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := subset.New(tt.inner, tt.cfg)
 			assert.Nil(t, s)
 			assert.ErrorIs(t, err, subset.ErrConfig)
+			assert.ErrorIs(t, err, balancer.ErrBadOption)
 			assert.EqualError(t, err, tt.msg)
 		})
 	}
@@ -330,7 +331,7 @@ func TestLayersReachInner(t *testing.T) {
 	bs := fleet(5)
 	require.NoError(t, s.Update(bs))
 	require.NoError(t, s.Start(t.Context()))
-	assert.ErrorIs(t, h.Start(t.Context()), health.ErrStarted, "Start reached health")
+	assert.ErrorIs(t, h.Start(t.Context()), balancer.ErrStarted, "Start reached health")
 	member := s.Subset()[0]
 	var outsider string
 	for _, b := range bs {
@@ -351,7 +352,7 @@ func TestLayersReachInner(t *testing.T) {
 	assert.ErrorIs(t, inner.Drain(outsider), health.ErrUnknownBackend, "health knows the subset only")
 
 	require.NoError(t, s.Close(), "Close reaches health")
-	assert.ErrorIs(t, h.Start(t.Context()), health.ErrClosed)
+	assert.ErrorIs(t, h.Start(t.Context()), balancer.ErrClosed)
 
 	plain, err := subset.New(rr.New(), subset.Config{})
 	require.NoError(t, err)

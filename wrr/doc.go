@@ -29,7 +29,7 @@
 //     weight after a failure and lets it climb back; wrr leaves failures to
 //     the health package, which hands it a new set.
 //
-// Package github.com/lbkit/lbkit/examples/lbhttp wires a picker into
+// Package github.com/lbkit/lbkit/lbhttp wires a picker into
 // net/http: a reverse proxy or client transport that retries a refused
 // connection on another backend with Avoid set. Wrap the picker in
 // github.com/lbkit/lbkit/health to keep dead and failing backends out of
@@ -47,21 +47,24 @@
 //	// to p.Done in Result.Load; backends send it through lbhttp.Reporter.
 //
 // A Reported implements balancer.Feedback: call Done for every pick with
-// the Result, Load included. See Weights from load reports below. It pays
-// where backends differ in capacity and stay so; a backend that slows
-// down is felt a report window later (see Reported in the simulator).
+// the Result, Load included. See Weights from load reports below. It
+// waits for reports: a backend's weight counts only once it has reported
+// for the blackout, 10 s (DefaultBlackout, A58's); until two backends have
+// a weight that counts the schedule is round robin's, and a backend
+// without one weighs the mean of the others. It
+// pays where backends differ in capacity and stay so; a backend that
+// slows down is felt a report window later.
 //
 // # Choosing
 //
 // Weights are a static guess at capacity: right when they follow it, no
-// help when a backend slows down. In lbkit's scenario simulator (go run
-// ./bench/cmd/lbsim, seed 1; backends answering in 50, 150, 300 and 500 ms,
-// weighted 6:3:2:1, 100 closed-loop users), wrr served 393.3 requests/s,
-// against 285.6 for rr, 425.3 for leastconn and 581.7 for lrt; with 16
-// request slots per backend (steady-cap), 320.4 against 128.9 for rr and
-// 406.4 for leastconn. When the heaviest and fastest backend dies a minute
-// in (scenario failure), wrr without health failed 26,188 requests over the
-// run; with health's active checks and passive ejection in front, 10.
+// help when a backend slows down, and a weight above a backend's capacity
+// saturates it (lbsim's capacity-limited scenarios show it). When the
+// backends can report their load, Reported follows it instead; when their
+// speeds change, leastconn and lrt learn from the requests themselves.
+// wrr sees no errors: without health in front, a dead backend keeps its
+// share. lbsim's tables (docs/results.md) set wrr, weighted 6:3:2:1, and
+// Reported beside every other algorithm.
 //
 // # Algorithm
 //
@@ -82,8 +85,7 @@
 //
 // After as many steps as the weights sum to, every current weight is back
 // at zero and the sequence, a a b a c a a, repeats. nginx scans every
-// backend per request, O(n); so do the best Go ports (about 2 µs a pick at
-// 1024 backends, as reported in the issue that asked for this package).
+// backend per request, O(n), and so do the usual Go ports.
 // wrr instead computes one period of the sequence when the set changes, as
 // a schedule of backend indexes, and Pick reads the slot that one shared
 // atomic counter points at, modulo the period: O(1) whatever the number of
@@ -144,13 +146,11 @@
 //
 // with p = w/(W−W_k) ≤ 1, so its error is below 1/C + k/C. ∎
 //
-// TestScaledShareBound checks the bound on 1000 sets built to need scaling
-// (the largest error it saw was 0.996 of the bound, so the bound is close
-// to tight). k is 0 unless some weight share is below about 1/C. For the
-// issue's case, 1000 backends with random weights up to 10000 (sum about
-// 5·10⁶, so 2¹⁸ slots), the largest error measured was 3.6·10⁻⁶ of all
-// picks, and 0.48% of its own share for any backend due 100 slots or more
-// (TestMemoryBound). A larger capacity is more exact and costs memory and
+// TestScaledShareBound checks the bound on 1000 sets built to need
+// scaling, and finds it close to tight. k is 0 unless some weight share is
+// below about 1/C. TestMemoryBound holds 1000 backends with random weights
+// up to 10000 (sum about 5·10⁶, so 2¹⁸ slots) to the bound and to the
+// schedule's size. A larger capacity is more exact and costs memory and
 // Update time in proportion.
 //
 // # Building the schedule
@@ -160,10 +160,10 @@
 // sequence with a kinetic tournament (see tournament in schedule.go): a
 // tree whose nodes hold their subtree's leader and the step at which a
 // faster-growing rival overtakes it, with leaves sorted by weight so that
-// those overtakings are rare. It does about log₂ n node updates a slot
-// (10.1 at n=1024), and built that schedule in 35 ms where nginx's loop took
-// 283 ms (BenchmarkBuild). Both are checked against nginx's loop on random
-// sets and by a fuzz test (TestBuildMatchesNginx, FuzzBuild).
+// those overtakings are rare. It does about log₂ n node updates a slot,
+// against nginx's n; BenchmarkBuild sets the two beside each other. Both
+// are checked against nginx's loop on random sets and by a fuzz test
+// (TestBuildMatchesNginx, FuzzBuild).
 //
 // # Cost
 //
@@ -181,12 +181,10 @@
 // Update: it takes the mutex that serialises Updates, validates the set
 // with balancer.NewSet, which reads each weight once (the weight validated
 // is the weight scheduled), then spends O(n log n) on the slot counts and
-// O(P·min(n, log n)) to build a period of P slots, with 8·P bytes kept. On
-// the 2-core AMD EPYC VM it was measured on (BenchmarkUpdate), for 1024
-// backends: 6 ms weighted 1
-// to 100 (P is about 52000), 36 ms weighted 1 to 10000 (P = 2¹⁸; 8.8 ms
-// with a capacity of 2¹⁶, 161 ms with 2²⁰); for 64 backends weighted 1 to
-// 100, 0.31 ms. Update is meant for set changes, not for every request.
+// O(P·min(n, log n)) to build a period of P slots, with 8·P bytes kept
+// (P ≤ C; with weights 1 to 100 over 1024 backends P is about 52000).
+// BenchmarkUpdate measures it at 64 and 1024 backends and at several
+// capacities. Update is meant for set changes, not for every request.
 //
 // # Weights from load reports
 //
@@ -196,14 +194,21 @@
 // or CPU when that is zero); a report without a positive rps and
 // utilisation is ignored. A weight counts only once the backend has
 // reported for the blackout (DefaultBlackout, 10 s) without a gap as long
-// as the expiry (DefaultExpiry, 3 min), so that the first reports of a
+// as the expiry (DefaultReportExpiry, 3 min), so that the first reports of a
 // backend that has just joined, or come back, do not swing the schedule;
 // a report older than the expiry stops counting, and the blackout starts
 // again when reports resume. Every weight period (DefaultWeightPeriod,
-// 1 s) the weights are recomputed; a backend without a usable weight
-// weighs the mean of the others, fewer than two usable weights give round
-// robin, and the largest is scaled to 1000 (gRPC scales to 65535 for its
-// stride scheduler; a thousandth is finer than reports are exact). The
+// 1 s) the weights are recomputed; fewer than two usable weights give
+// round robin; every weight is bounded, as in gRPC's C++
+// static_stride_scheduler.cc, to at most 10 times the mean of the usable
+// weights but the largest (C++ takes the mean of all, which cannot bind in
+// a set of ten or fewer) and at least a hundredth of the mean, so that one
+// report of a near-zero utilisation takes at most 10/(n+9) of the picks
+// among n (TestReportedExtremeReportBounded); a backend without a usable
+// weight weighs the mean of the bounded weights; and the ceiling is
+// scaled to 1000 (gRPC scales to 65535 for its stride scheduler; a
+// thousandth is finer than reports are exact), dividing first, so that
+// weights up to the largest float keep their order. The
 // schedule is rebuilt and published, as by Update, only when the integer
 // weights changed. Static weights are validated and not used.
 //
@@ -224,40 +229,26 @@
 // the expiry; Start runs one for good, until its context ends or Close.
 // Refresh recomputes on demand, for simulations on a clock of their own
 // (WithClock). A recomputation costs O(n) and, when the weights changed,
-// a schedule build (BenchmarkRefresh, every weight changed, three runs on
-// the shared 2-core VM at a load average of 10): 23 to 31 µs for 4
-// backends, 2.9 to 3.7 ms for 64 (a period of about 30000 slots), 26 to
-// 43 ms for 1024 (capped at 2¹⁸ slots; WithMaxSchedule lowers it), once a
-// period, off the request path. Done with a report
-// (BenchmarkReportedDone) took 102 to 121 ns serial, 142 to 173 ns
-// parallel, most of it the clock read.
+// a schedule build, O(P·min(n, log n)) as for Update (at most 2¹⁸ slots;
+// WithMaxSchedule lowers it), once a period, off the request path
+// (BenchmarkRefresh, every weight changed, at 4, 64 and 1024 backends).
+// BenchmarkReportedDone measures Done with a report, serial and
+// parallel; most of it is the clock read.
 //
 // # Reported in the simulator
 //
-// In lbsim's load scenarios (go run ./bench/cmd/lbsim -scenarios
-// antagonist,hetero -proxies 1,10, seed 1: four backends serving in 50 ms,
-// users at 70% and 95% of their slots; package bench/sim, "Are load
-// reports worth their cost?"), whose backends report their busy slots
-// over their slots and their rate over lbhttp.Reporter's window, Reported (wrr-reported) had these p99s, in ms, beside lrt's:
+// lbsim's load scenarios (go run ./bench/cmd/lbsim -scenarios
+// antagonist,hetero -proxies 1,10; package bench/sim, "Load reports and
+// probes") run Reported as wrr-reported against backends that report
+// their busy slots over their slots and their rate over lbhttp.Reporter's
+// window; docs/results.md has the tables. Two mechanisms show there.
+// Where capacities differ and stay put (hetero), the weights, qps over
+// utilisation, come out as the slots over the latency, and behind one
+// proxy the smooth turns queue nothing. Where a backend loses capacity to
+// something the proxies cannot see (antagonist), the weights catch up
+// only over the report window, while lrt sees the slower answers at once;
+// delayed reports (-report-delay) make that lag longer.
 //
-//	                    1 proxy                10 proxies
-//	                    wrr-reported  lrt      wrr-reported  lrt
-//	hetero-70           50.0          98.4     85.7          100.0
-//	hetero-95           50.0          139.5    100.0         132.5
-//	antagonist-70       50.0          50.0     50.8          50.0
-//	antagonist-95       50.0          80.0     97.5          90.0
-//
-// hetero's backends hold 32, 16, 8 and 4 requests at once: the weights,
-// qps over utilisation, came out as the slots over the latency (shares
-// 53/27/14/7), the best split there is, and Reported had the lowest p99
-// of every picker in both. In antagonist a neighbour the proxies cannot
-// see takes half of one backend's 16 slots from the first minute on:
-// behind 10 proxies lrt did better, since its latencies show the slower
-// backend at once, where the reports take their 10 s window to (the
-// backend's share fell from 25% to 14% over those 10 s, with up to 71
-// requests at its 8 slots). Reports 5 s old made that p99 257.5 ms. So:
-// use Reported for capacities that differ and stay put, with fresh
-// reports; for backends that change, lrt needs no reports.
 // # Concurrency
 //
 // Pick and Update are safe for concurrent use. Update builds the schedule

@@ -2,7 +2,6 @@ package wrr
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -22,9 +21,9 @@ const (
 	// returning backend, whose first reports speak of a backend that was
 	// not yet serving, does not swing the schedule.
 	DefaultBlackout = 10 * time.Second
-	// DefaultExpiry is how long a report stays usable. A backend silent
+	// DefaultReportExpiry is how long a report stays usable. A backend silent
 	// for longer gets the mean weight again, and the blackout anew.
-	DefaultExpiry = 3 * time.Minute
+	DefaultReportExpiry = 3 * time.Minute
 	// DefaultWeightPeriod is how often weights are recomputed and the
 	// schedule rebuilt (when they changed).
 	DefaultWeightPeriod = time.Second
@@ -52,7 +51,9 @@ const reportedScale = 1000
 // from its latest report (balancer.Result.Load: RPS, EPS, and Application
 // utilisation, or CPU when that is zero), so that a backend serving more
 // for the same utilisation gets more traffic, and one whose load comes
-// from elsewhere gets less. Picks follow nginx's smooth sequence for those
+// from elsewhere gets less. No weight is used above 10 times the mean of
+// the others (see scaleWeights), so that no single report takes the
+// traffic. Picks follow nginx's smooth sequence for those
 // weights, as Picker's do; the weights are recomputed off the request
 // path at a fixed period and the schedule published like any set. Create
 // it with NewReported; the zero value is not ready.
@@ -69,7 +70,7 @@ type Reported struct {
 
 	// Atomic.
 	states atomic.Pointer[balancer.States[report]] // Done's lookup; never nil after NewReported
-	bg     atomic.Int32                            // bgNone, bgLazy, bgStarted, bgClosed
+	lazy   atomic.Bool                             // a lazy loop runs, started by a report
 
 	// Guarded by mu, which Update, Refresh and Weight take, never Pick or
 	// Done.
@@ -79,19 +80,9 @@ type Reported struct {
 	live []*report
 	last []int64 // the weights last scheduled; nil: none yet for this set
 
-	// Guarded by life: Start and Close.
-	life    sync.Mutex
-	cancel  context.CancelFunc
-	running sync.WaitGroup
+	// Start's loop, and Close.
+	life balancer.Lifecycle
 }
-
-// The background states of a Reported (Reported.bg).
-const (
-	bgNone    = iota // nothing runs; the next report starts a lazy loop
-	bgLazy           // a lazy loop runs, started by a report
-	bgStarted        // Start's loop runs
-	bgClosed         // Close was called: nothing runs or starts
-)
 
 // report is what a Reported knows of one backend: A58's weight, last
 // updated and non_empty_since, each an atomic word that Done stores
@@ -132,73 +123,93 @@ func (f reportedFunc) applyReported(c *reportedConfig) { f(c) }
 // WithBlackout sets how long a backend must report, with no gap as long
 // as the expiry, before its weight is used; until then it weighs the mean
 // of the others. The default is DefaultBlackout (10 s, A58's). Zero uses
-// a weight from its first report; negative values are ignored.
+// a weight from its first report; a negative d is a bad option.
 func WithBlackout(d time.Duration) ReportedOption {
 	return reportedFunc(func(c *reportedConfig) {
-		if d >= 0 {
-			c.blackout = d
+		if d < 0 {
+			c.bad(balancer.BadOption("WithBlackout", d, "0 or more"))
+			return
 		}
+		c.blackout = d
 	})
 }
 
-// WithExpiry sets how long a report stays usable. The default is
-// DefaultExpiry (3 min, A58's). Values of zero or less are ignored.
-func WithExpiry(d time.Duration) ReportedOption {
+// WithReportExpiry sets how long a report stays usable (A58's
+// weight_expiration_period). The default is DefaultReportExpiry (3 min,
+// A58's). A d of zero or less is a bad option.
+func WithReportExpiry(d time.Duration) ReportedOption {
 	return reportedFunc(func(c *reportedConfig) {
-		if d > 0 {
-			c.expiry = d
+		if d <= 0 {
+			c.bad(balancer.BadOption("WithReportExpiry", d, "more than 0"))
+			return
 		}
+		c.expiry = d
 	})
 }
 
 // WithWeightPeriod sets how often the background loop recomputes the
 // weights (see Start). The default is DefaultWeightPeriod (1 s, A58's);
-// values below MinWeightPeriod are raised to it.
+// a d below MinWeightPeriod is a bad option (A58 raises it to 100 ms;
+// lbkit says so instead).
 func WithWeightPeriod(d time.Duration) ReportedOption {
 	return reportedFunc(func(c *reportedConfig) {
-		c.period = max(d, MinWeightPeriod)
+		if d < MinWeightPeriod {
+			c.bad(balancer.BadOption("WithWeightPeriod", d, "at least "+MinWeightPeriod.String()))
+			return
+		}
+		c.period = d
 	})
 }
 
 // WithErrorPenalty sets A58's error_utilization_penalty, the weight of
 // the error rate eps/qps beside the utilisation. The default is
-// DefaultErrorPenalty (1); 0 ignores errors. Negative values, NaN and
-// infinities are ignored.
+// DefaultErrorPenalty (1); 0 ignores errors. A negative f, NaN or an
+// infinity is a bad option.
 func WithErrorPenalty(f float64) ReportedOption {
 	return reportedFunc(func(c *reportedConfig) {
-		if f >= 0 && !math.IsInf(f, 1) {
-			c.penalty = f
+		if !(f >= 0) || math.IsInf(f, 1) {
+			c.bad(balancer.BadOption("WithErrorPenalty", f, "a finite number, 0 or more"))
+			return
 		}
+		c.penalty = f
 	})
 }
 
 // WithClock sets the clock Done, Refresh and Weight read (Pick reads
 // none). The default is the monotonic clock. Tests and simulations pass
-// their own and call Refresh; it should not step back.
+// their own and call Refresh; it should not step back. A nil now is a bad
+// option.
 func WithClock(now func() time.Time) ReportedOption {
 	return reportedFunc(func(c *reportedConfig) {
-		if now != nil {
-			c.clock = now
+		if now == nil {
+			c.bad(balancer.BadOption("WithClock", "nil", "a function"))
+			return
 		}
+		c.clock = now
 	})
 }
 
 // NewReported returns a report-driven weighted round-robin picker with an
 // empty set; call Update to give it backends. Until reports arrive (and
 // after the blackout) every backend weighs the same, and picks go round
-// robin.
+// robin. A bad option (see balancer.ErrBadOption) makes every Update
+// return its error, and the Reported stays empty.
 func NewReported(opts ...ReportedOption) *Reported {
 	c := reportedConfig{
 		config:   config{limit: DefaultMaxSchedule},
 		blackout: DefaultBlackout,
-		expiry:   DefaultExpiry,
+		expiry:   DefaultReportExpiry,
 		period:   DefaultWeightPeriod,
 		penalty:  DefaultErrorPenalty,
 	}
 	for _, o := range opts {
 		o.applyReported(&c)
 	}
-	p := &Reported{rr: New(WithRand(c.rand), WithMaxSchedule(int(c.limit))), cfg: c}
+	inner := []Option{WithMaxSchedule(int(c.limit))}
+	if c.rand != nil {
+		inner = append(inner, WithRand(c.rand))
+	}
+	p := &Reported{rr: New(inner...), cfg: c}
 	if c.clock == nil {
 		epoch := time.Now()
 		p.cfg.clock = func() time.Time { return epoch.Add(time.Since(epoch)) }
@@ -234,8 +245,11 @@ func (p *Reported) Done(b balancer.Backend, r balancer.Result) {
 	if !(u > 0) || !(l.RPS > 0) {
 		return
 	}
+	if math.IsInf(u, 1) || math.IsInf(l.RPS, 1) || !(l.EPS >= 0) || math.IsInf(l.EPS, 1) {
+		return // not a report: Load's fields are finite and non-negative
+	}
 	w := l.RPS / (u + p.cfg.penalty*l.EPS/l.RPS)
-	if !(w > 0) || math.IsInf(w, 0) {
+	if !(w >= minWeight) || math.IsInf(w, 0) {
 		return // a tiny utilisation with a huge rate: nothing to weigh by
 	}
 	st := p.states.Load().Lookup(b)
@@ -246,7 +260,7 @@ func (p *Reported) Done(b balancer.Backend, r balancer.Result) {
 	st.weight.Store(math.Float64bits(w))
 	st.updated.Store(now)
 	st.since.CompareAndSwap(0, now)
-	if p.bg.Load() == bgNone && p.bg.CompareAndSwap(bgNone, bgLazy) {
+	if !p.lazy.Load() && p.idle() && p.lazy.CompareAndSwap(false, true) {
 		go p.loop(nil, true)
 	}
 }
@@ -264,6 +278,9 @@ func (p *Reported) Done(b balancer.Backend, r balancer.Result) {
 func (p *Reported) Update(bs []balancer.Backend) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.cfg.err != nil {
+		return fmt.Errorf("wrr: update: %w", p.cfg.err)
+	}
 	set, err := balancer.NewSet(bs)
 	if err != nil {
 		return fmt.Errorf("wrr: update: %w", err)
@@ -343,20 +360,56 @@ func (p *Reported) weightOf(st *report, now int64) float64 {
 	return math.Float64frombits(st.weight.Load())
 }
 
+// The bounds of a reported weight, against the others', after gRPC's
+// C++ weighted_round_robin (static_stride_scheduler.cc: kMaxRatio 10,
+// kMinRatio 0.01). C++ clamps the largest weight at 10 times the mean of
+// all weights, its own included; in a set of ten or fewer that bound never
+// binds (among four, the largest is at most four times the mean, whatever
+// it is), so one report of a near-zero utilisation would take nearly every
+// pick. Here the mean is that of the usable weights other than the
+// largest: the bound holds in every set, and is C++'s in large ones.
+const (
+	// maxRatio: no weight exceeds maxRatio times the mean of the usable
+	// weights but the largest. One backend among n whose others weigh
+	// alike takes at most maxRatio/(maxRatio+n-1) of the picks (10/13
+	// among four).
+	maxRatio = 10
+	// minRatio: no usable weight is below minRatio times the mean of the
+	// bounded weights, so that a backend that reported itself swamped
+	// still gets the requests that bring its next report.
+	minRatio = 0.01
+)
+
+// minWeight is the smallest A58 weight Done takes, the smallest normal
+// float64: below it a weight has lost its precision, and the mean in
+// scaleWeights, whose terms are divided before they are summed, could
+// round to zero.
+const minWeight = 0x1p-1022
+
 // scaleWeights turns A58 weights into the schedule's integer weights, as
-// grpc-go's newScheduler does: with fewer than two usable weights, every
-// backend weighs 1 (round robin); otherwise a backend without one weighs
-// the mean of the others, and the largest is scaled to reportedScale,
-// every weight to at least 1.
+// grpc-go's newScheduler does, with C++'s bounds: with fewer than two
+// usable weights, every backend weighs 1 (round robin); otherwise every
+// usable weight is bounded to [minRatio × mean, ceiling], where the
+// ceiling is maxRatio times the mean of the usable weights but the
+// largest (see maxRatio), a backend without one weighs the mean of the
+// bounded weights, and the ceiling is scaled to reportedScale, every
+// weight to at least 1. One ceiling for all keeps the weights' order.
+//
+// Nothing overflows for weights up to math.MaxFloat64: terms are divided
+// before they are summed, and every weight is divided by the ceiling
+// before it is scaled. Worked example, weights 1e6 (a report of cpu
+// 0.0001 at 100 qps), 200, 200, 200: the ceiling is 10 × 200 = 2000, so
+// the weights are 1000, 100, 100, 100, and the first backend takes 10/13
+// of the picks, not 1e6/(1e6+600).
 func scaleWeights(ws []float64) []int64 {
 	out := make([]int64, len(ws))
-	var sum, top float64
-	n := 0
-	for _, w := range ws {
+	n, top := 0, -1
+	for i, w := range ws {
 		if w > 0 {
-			sum += w
-			top = max(top, w)
 			n++
+			if top < 0 || w > ws[top] {
+				top = i
+			}
 		}
 	}
 	if n < 2 {
@@ -365,18 +418,38 @@ func scaleWeights(ws []float64) []int64 {
 		}
 		return out
 	}
-	mean := sum / float64(n)
+	// The mean of the others: each term at least minWeight/(n-1) > 0.
+	var rest float64
 	for i, w := range ws {
-		if w == 0 {
-			w = mean
+		if w > 0 && i != top {
+			rest += w / float64(n-1)
 		}
-		out[i] = max(1, int64(math.Round(w*reportedScale/top)))
+	}
+	ceil := ws[top]
+	if ceil/maxRatio > rest {
+		ceil = rest * maxRatio // below ws[top]: no overflow
+	}
+	// Relative to the ceiling every bounded weight is in (0, 1].
+	var mean float64
+	for _, w := range ws {
+		if w > 0 {
+			mean += min(w, ceil) / ceil / float64(n)
+		}
+	}
+	floor := minRatio * mean
+	for i, w := range ws {
+		r := mean
+		if w > 0 {
+			r = max(min(w, ceil)/ceil, floor)
+		}
+		out[i] = max(1, int64(math.Round(r*reportedScale)))
 	}
 	return out
 }
 
 // Weight returns the weight the backend with this ID has in the schedule
-// now, as A58 computes it (qps / utilisation and penalty), and whether it
+// now, as A58 computes it (qps / utilisation and penalty, before the
+// schedule's bounds, see scaleWeights), and whether it
 // is its own: false when it has no usable report (none yet, expired, or
 // in its blackout) and weighs the mean, or when the ID is not in the set.
 // It is meant for metrics and tests.
@@ -394,34 +467,17 @@ func (p *Reported) Weight(id string) (float64, bool) {
 // Period returns the length of the schedule in use; see Picker.Period.
 func (p *Reported) Period() int { return p.rr.Period() }
 
-// Errors of Start.
-var (
-	errStarted = errors.New("wrr: reported: already started")
-	errClosed  = errors.New("wrr: reported: closed")
-)
-
 // Start runs the weight loop until ctx ends or Close is called: every
 // period (WithWeightPeriod) it recomputes the weights and rebuilds the
 // schedule if they changed. Without Start, reports start a lazy loop (see
 // Done), which stops when reports stop; Start's keeps weights expiring on
-// time even when every backend falls silent. Start returns an error if
-// called twice, or after Close.
+// time even when every backend falls silent. Start returns an error
+// wrapping balancer.ErrStarted if called twice, or balancer.ErrClosed
+// after Close (balancer.Lifecycle's rules).
 func (p *Reported) Start(ctx context.Context) error {
-	p.life.Lock()
-	defer p.life.Unlock()
-	switch p.bg.Load() {
-	case bgClosed:
-		return errClosed
-	case bgStarted:
-		return errStarted
+	if err := p.life.Start(ctx, func(ctx context.Context) { p.loop(ctx.Done(), false) }); err != nil {
+		return fmt.Errorf("wrr: reported: start: %w", err)
 	}
-	p.bg.Store(bgStarted) // a lazy loop sees it and ends
-	ctx, p.cancel = context.WithCancel(ctx)
-	p.running.Add(1)
-	go func() {
-		defer p.running.Done()
-		p.loop(ctx.Done(), false)
-	}()
 	return nil
 }
 
@@ -429,15 +485,13 @@ func (p *Reported) Start(ctx context.Context) error {
 // loop ends at its next tick without recomputing. Pick, Done, Update and
 // Refresh keep working: call Refresh to recompute. Close is idempotent.
 func (p *Reported) Close() error {
-	p.life.Lock()
-	p.bg.Store(bgClosed)
-	if p.cancel != nil {
-		p.cancel()
-	}
-	p.life.Unlock()
-	p.running.Wait()
+	p.life.Close()
 	return nil
 }
+
+// idle reports whether neither Start's loop runs nor Close was called: a
+// report may then start a lazy loop.
+func (p *Reported) idle() bool { return !p.life.Started() && !p.life.Closed() }
 
 // loop recomputes the weights every period until stop is closed (Start's
 // loop) or, lazy, until Start or Close takes over or no backend has
@@ -452,13 +506,15 @@ func (p *Reported) loop(stop <-chan struct{}, lazy bool) {
 			return
 		case <-t.C:
 		}
-		if lazy && p.bg.Load() != bgLazy {
+		if lazy && !p.idle() {
+			p.lazy.Store(false)
 			return
 		}
 		p.mu.Lock()
 		fresh := p.refresh(p.ticks())
 		p.mu.Unlock()
-		if lazy && !fresh && p.bg.CompareAndSwap(bgLazy, bgNone) {
+		if lazy && !fresh {
+			p.lazy.Store(false)
 			return
 		}
 	}

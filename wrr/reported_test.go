@@ -2,6 +2,7 @@ package wrr_test
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,17 @@ import (
 	"github.com/lbkit/lbkit/wrr"
 )
 
+// The kit's Results carry load reports (balancer.Load at its edges: a
+// zero rps, the smallest and the largest float64); with no blackout, they
+// reach the schedule at the kit's next Update, so that Spread sees what
+// the weights made of them.
 func TestReportedConformance(t *testing.T) {
-	balancertest.Run(t, func() balancer.Balancer { return wrr.NewReported() })
+	t.Run("default", func(t *testing.T) {
+		balancertest.Run(t, func() balancer.Balancer { return wrr.NewReported() })
+	})
+	t.Run("blackout=0", func(t *testing.T) {
+		balancertest.Run(t, func() balancer.Balancer { return wrr.NewReported(wrr.WithBlackout(0)) })
+	})
 }
 
 // clock is a clock the test moves; the tests drive Reported from one
@@ -105,7 +115,7 @@ func TestReportedWeightsAfterBlackout(t *testing.T) {
 // it serves a new blackout when reports resume.
 func TestReportedExpiry(t *testing.T) {
 	c := newClock()
-	p := newDriven(t, c, wrr.WithBlackout(time.Second), wrr.WithExpiry(time.Minute))
+	p := newDriven(t, c, wrr.WithBlackout(time.Second), wrr.WithReportExpiry(time.Minute))
 	bs := balancer.Endpoints("a", "b")
 	require.NoError(t, p.Update(bs))
 	report(p, bs[0], balancer.Load{RPS: 40, CPU: 0.1})
@@ -167,13 +177,19 @@ func TestReportedMeanAndRejoin(t *testing.T) {
 }
 
 // Reports A58 cannot use are ignored: no rps, no utilisation, a backend
-// not in the set, a Result without a report.
+// not in the set, a Result without a report, and figures no parser gives
+// (negative, NaN, infinite, a weight below the smallest normal float).
 func TestReportedIgnores(t *testing.T) {
 	c := newClock()
 	p := newDriven(t, c, wrr.WithBlackout(0))
 	bs := balancer.Endpoints("a", "b")
 	require.NoError(t, p.Update(bs))
 	report(p, bs[0], balancer.Load{CPU: 0.5})
+	report(p, bs[0], balancer.Load{RPS: 100, CPU: 0.5, EPS: -49}) // 100 / (0.5 - 0.49)
+	report(p, bs[0], balancer.Load{RPS: 100, CPU: 0.5, EPS: math.NaN()})
+	report(p, bs[0], balancer.Load{RPS: math.Inf(1), CPU: 0.5})
+	report(p, bs[0], balancer.Load{RPS: 100, CPU: math.Inf(1)})
+	report(p, bs[0], balancer.Load{RPS: 1e-320, CPU: 1})
 	report(p, bs[1], balancer.Load{RPS: 10, Memory: 0.5})
 	report(p, balancer.NewEndpoint("x", 1), balancer.Load{RPS: 10, CPU: 0.5})
 	p.Done(bs[0], balancer.Result{})
@@ -206,7 +222,7 @@ func TestReportedErrorPenalty(t *testing.T) {
 // period, on the real clock, and that stops once reports expire.
 func TestReportedLazyLoop(t *testing.T) {
 	p := wrr.NewReported(wrr.WithBlackout(0), wrr.WithWeightPeriod(wrr.MinWeightPeriod),
-		wrr.WithExpiry(time.Second))
+		wrr.WithReportExpiry(time.Second))
 	defer p.Close()
 	bs := balancer.Endpoints("a", "b")
 	require.NoError(t, p.Update(bs))
@@ -221,10 +237,10 @@ func TestReportedLazyLoop(t *testing.T) {
 func TestReportedLifecycle(t *testing.T) {
 	p := wrr.NewReported()
 	require.NoError(t, p.Start(context.Background()))
-	assert.ErrorContains(t, p.Start(context.Background()), "already started")
+	assert.ErrorIs(t, p.Start(context.Background()), balancer.ErrStarted)
 	require.NoError(t, p.Close())
 	require.NoError(t, p.Close())
-	assert.ErrorContains(t, p.Start(context.Background()), "closed")
+	assert.ErrorIs(t, p.Start(context.Background()), balancer.ErrClosed)
 	// Still a picker after Close.
 	require.NoError(t, p.Update(balancer.Endpoints("a")))
 	b, err := p.Pick(balancer.Request{})
@@ -244,4 +260,68 @@ func TestReportedDoneAllocs(t *testing.T) {
 		p.Done(b, res)
 	})
 	assert.Zero(t, allocs)
+}
+
+// shares returns each ID's share of the next n picks.
+func shares(t *testing.T, p balancer.Picker, n int) map[string]float64 {
+	t.Helper()
+	s := map[string]float64{}
+	for id, k := range counts(t, p, n) {
+		s[id] = float64(k) / float64(n)
+	}
+	return s
+}
+
+// One report of a near-zero utilisation among four backends: the weight
+// it gives (qps/0.0001, 5000 times the others') is bounded at 10 times
+// the mean of the others, so its backend takes 10/13 of the picks, not
+// nearly all of them. A report of a huge utilisation only makes its own
+// backend small, down to the floor of a hundredth of the mean.
+func TestReportedExtremeReportBounded(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		load balancer.Load
+		want float64 // a's share
+	}{
+		{"tiny utilisation", balancer.Load{RPS: 100, CPU: 0.0001}, 10.0 / 13},
+		{"huge rate", balancer.Load{RPS: 1e300, CPU: 0.5}, 10.0 / 13},
+		{"huge utilisation", balancer.Load{RPS: 100, CPU: 1e300}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newClock()
+			p := newDriven(t, c, wrr.WithBlackout(0))
+			bs := balancer.Endpoints("a", "b", "c", "d")
+			require.NoError(t, p.Update(bs))
+			report(p, bs[0], tt.load)
+			for _, b := range bs[1:] {
+				report(p, b, balancer.Load{RPS: 100, CPU: 0.5})
+			}
+			p.Refresh()
+			s := shares(t, p, 100*p.Period())
+			assert.InDelta(t, tt.want, s["a"], 0.01, "a's share: %v", s)
+			assert.LessOrEqual(t, s["a"], 10.0/13+0.001, "the bound's share")
+			assert.InDelta(t, s["b"], s["c"], 0.001, "the others share alike: %v", s)
+			assert.InDelta(t, s["b"], s["d"], 0.001, "the others share alike: %v", s)
+		})
+	}
+}
+
+// Weights near the largest float keep their order and proportions: the
+// scaling divides before it multiplies, and sums nothing that could
+// overflow.
+func TestReportedHugeWeightsKeepOrder(t *testing.T) {
+	for _, scale := range []float64{1, 1e200, 1e305, 4e307} {
+		c := newClock()
+		p := newDriven(t, c, wrr.WithBlackout(0))
+		bs := balancer.Endpoints("a", "b", "c", "d")
+		require.NoError(t, p.Update(bs))
+		for i, b := range bs {
+			report(p, b, balancer.Load{RPS: float64(i+1) * scale, CPU: 1}) // weights 1:2:3:4
+		}
+		p.Refresh()
+		s := shares(t, p, 10*p.Period())
+		for i, id := range []string{"a", "b", "c", "d"} {
+			assert.InDelta(t, float64(i+1)/10, s[id], 0.002, "scale %g: %s's share: %v", scale, id, s)
+		}
+	}
 }

@@ -115,10 +115,10 @@ func gcd(a, b int64) int64 {
 
 // scanMax is the largest set for which build runs nginx's own loop: for
 // small sets its O(n) scan a step costs less than the tournament's O(log n)
-// replays. BenchmarkBuild on the 2-core AMD EPYC, 2¹⁶ slots: at n=16 the
-// scan took 0.59 of the tournament's time; at 32 and 64 the two were within
-// noise of each other (the crossing point moved between runs); at n=1024
-// (2¹⁸ slots) the tournament took 0.13 of the scan's.
+// replays. BenchmarkBuild sets the two side by side: the scan is the
+// cheaper at 16, the two cross somewhere between 32 and 64 (the point
+// moves between runs and machines), and at 1024 the tournament is far the
+// cheaper.
 const scanMax = 32
 
 // build returns one period of nginx's smooth weighted round robin over the

@@ -39,7 +39,9 @@ type Picker struct {
 	limit int64 // most slots a schedule may hold, unless n is over half that
 	// Guarded by itself: taken by Update only.
 	mu sync.Mutex
-	_  [64 - 8 - 8 - 8]byte
+	// Immutable after New: the first bad option, which Update returns.
+	err error
+	_   [64 - 8 - 8 - 8 - 16]byte
 
 	// Atomic: written by every Pick.
 	next atomic.Uint64 // position of the last pick; starts random
@@ -94,6 +96,14 @@ type Option interface {
 type config struct {
 	rand  func() uint64
 	limit int64
+	err   error // the first bad option
+}
+
+// bad keeps err if it is the first bad option.
+func (c *config) bad(err error) {
+	if c.err == nil {
+		c.err = err
+	}
 }
 
 type optionFunc func(*config)
@@ -105,12 +115,14 @@ func (f optionFunc) applyReported(c *reportedConfig) { f(&c.config) }
 // WithRand sets the source of the random start position. The default is
 // math/rand/v2's Uint64, so that a fleet of proxies started together does not
 // send its first requests to the same backend. Tests and simulations pass a
-// seeded source to make the sequence repeatable. A nil f is ignored.
+// seeded source to make the sequence repeatable. A nil f is a bad option.
 func WithRand(f func() uint64) Option {
 	return optionFunc(func(c *config) {
-		if f != nil {
-			c.rand = f
+		if f == nil {
+			c.bad(balancer.BadOption("WithRand", "nil", "a function"))
+			return
 		}
+		c.rand = f
 	})
 }
 
@@ -124,23 +136,26 @@ func WithRand(f func() uint64) Option {
 // package documentation). For a set of more than slots/2 backends the
 // capacity is 2n.
 //
-// Values below 1 are ignored; values above 2²⁶ are lowered to 2²⁶.
+// slots must be in [1, 2²⁶]; another value is a bad option.
 func WithMaxSchedule(slots int) Option {
 	return optionFunc(func(c *config) {
-		if slots >= 1 {
-			c.limit = int64(min(slots, maxLimit))
+		if slots < 1 || slots > maxLimit {
+			c.bad(balancer.BadOption("WithMaxSchedule", slots, fmt.Sprintf("1 to %d", maxLimit)))
+			return
 		}
+		c.limit = int64(slots)
 	})
 }
 
 // New returns a smooth weighted round-robin Picker with an empty set; call
-// Update to give it backends.
+// Update to give it backends. A bad option (see balancer.ErrBadOption)
+// makes every Update return its error, and the Picker stays empty.
 func New(opts ...Option) *Picker {
 	c := config{rand: rand.Uint64, limit: DefaultMaxSchedule}
 	for _, o := range opts {
 		o.apply(&c)
 	}
-	p := &Picker{limit: c.limit}
+	p := &Picker{limit: c.limit, err: c.err}
 	p.next.Store(c.rand() - 1) // Pick adds before it reads
 	p.snap.Store(empty())
 	return p
@@ -155,15 +170,19 @@ func New(opts ...Option) *Picker {
 // Cost: O(n log n + P·min(n, log n)) time for a period of P slots (the sum
 // of the weights divided by their gcd, or the schedule's capacity if that
 // is smaller) and O(n + P) memory, of which 8·P bytes stay with the
-// published set. About 36 ms for 1024 backends with weights up to 10000
-// (P = 2¹⁸) on the machine the package was measured on; see BenchmarkUpdate
-// and the package documentation.
+// published set. BenchmarkUpdate measures it, at 1024 backends with
+// weights up to 10000 (P = 2¹⁸) among others.
 //
 // Each weight is read once (balancer.NewSet): the value validated is the
 // value scheduled. Calls to Update are serialised, validation included.
+// If an option given to New was bad, Update returns its error (wrapping
+// balancer.ErrBadOption) every time and the set stays empty.
 func (p *Picker) Update(bs []balancer.Backend) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.err != nil {
+		return fmt.Errorf("wrr: update: %w", p.err)
+	}
 	set, err := balancer.NewSet(bs)
 	if err != nil {
 		return fmt.Errorf("wrr: update: %w", err)

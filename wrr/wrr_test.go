@@ -273,7 +273,6 @@ func TestWithMaxSchedule(t *testing.T) {
 		{"scaled", 10, []int{1000, 1}, "a a a a a b a a a a"},
 		// Below twice the set size, the capacity is twice the set size.
 		{"raised to 2n", 1, []int{2, 1}, "a b a"},
-		{"ignored when not positive", -5, []int{5, 1, 1}, "a a b a c a a"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

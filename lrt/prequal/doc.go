@@ -8,9 +8,10 @@
 // traffic) and tail latency matters: what a backend answers about itself
 // now says more than what this proxy has seen of it. It is a variant of
 // lrt's family: lrt learns latency from this proxy's own requests,
-// prequal asks the backends. In lbkit's simulator, with four backends near
-// capacity, lrt did better for less (see In the simulator): measure
-// before you choose it.
+// prequal asks the backends. It costs a probe per request, and this
+// package departs from the paper where "Parameters against the paper"
+// says: measure it against lrt on your backends before you choose it (see
+// In the simulator).
 //
 //	prober, err := lbhttp.NewProber(lbhttp.ProberConfig{}) // backends run lbhttp.Reporter
 //	if err != nil { ... }
@@ -54,8 +55,11 @@
 // # Algorithm
 //
 // The pool holds at most 16 probe answers (PoolSize), each for one backend
-// of the set: the requests it had in flight (RIF) and its latency
-// estimate. For each pick, Pick takes the newest answer of each backend in
+// of the set: the requests it had in flight (RIF), raised to at least
+// this picker's own requests on it (a backend holds those whatever it
+// answers; without the bound, one answering 0 and 0 ms takes nearly every
+// request, TestLyingAnswerBounded), and its latency estimate. For each
+// pick, Pick takes the newest answer of each backend in
 // the pool, adds to its RIF the requests this picker has sent it since
 // the answer came (its in-flight count then and now), and applies the
 // hot-cold rule:
@@ -82,7 +86,7 @@
 // Each pick adds one probe to the demand (WithProbeRate; fractions carry
 // over), so probing follows the request rate. Every tick (2 ms;
 // WithTick) the loop drops answers older than the maximum age (1 s;
-// WithMaxAge) and sends the probes asked for, to backends drawn at random,
+// WithReportExpiry) and sends the probes asked for, to backends drawn at random,
 // each in its own goroutine with a timeout (500 ms; WithProbeTimeout), at
 // most 16 at a time: asks beyond that are dropped. An answer goes in an
 // empty slot or in place of the oldest. An answer serves at most 4 picks
@@ -121,30 +125,17 @@
 //
 // # In the simulator
 //
-// In lbsim's load scenarios (go run ./bench/cmd/lbsim -scenarios
-// antagonist,hetero -proxies 1,10, seed 1: four backends serving in 50 ms,
-// 16 slots each with a neighbour the proxies cannot see taking 8 of one's
-// from the first minute on (antagonist), or 32, 16, 8 and 4 slots
-// (hetero); users at 70% and 95% of the slots; package bench/sim, "Are
-// load reports worth their cost?"), whose backends answer probes as
-// lbhttp's Reporter does, one probe a pick with a round trip of 1 ms, the
-// p99s were, in ms:
-//
-//	                   antagonist-70  antagonist-95  hetero-70      hetero-95
-//	proxies             1      10      1      10      1      10      1      10
-//	prequal            50.0   67.8  148.8  150.0  200.0  200.0  349.9  300.1
-//	lrt                50.0   50.0   80.0   90.0   98.4  100.0  139.5  132.5
-//
-// prequal lost to lrt at 95% by 1.7 to 2.5×, sending a probe for every
-// request (probes/req 1.00). In hetero-95 its shares were 46/33/15/5
-// behind one proxy, with 11.3 requests on average at the 4-slot backend,
-// queueing, and 57/29/14/0 behind 10, that backend left idle. Two things
-// set these runs apart from the paper's: with four backends the 0.84
-// quantile of four RIFs is the third, so at most one backend is hot at a
-// time; and this package departs from the paper's description where
-// Parameters against the paper says: its pool replaces the oldest answer
-// and does not remove the worst, and the latency estimate lbhttp's
-// Reporter answers with is the median of its last 64 requests, where one
+// lbsim's load scenarios (go run ./bench/cmd/lbsim -scenarios
+// antagonist,hetero -proxies 1,10; package bench/sim, "Load reports and
+// probes") run prequal against backends that answer probes as lbhttp's
+// Reporter does, one probe a pick with a round trip of 1 ms;
+// docs/results.md has the tables, lrt beside it. Two things set those
+// runs apart from the paper's: with four backends the 0.84 quantile of
+// four RIFs is the third, so at most one backend is hot at a time; and
+// this package departs from the paper's description where Parameters
+// against the paper says: its pool replaces the oldest answer and does
+// not remove the worst, and the latency estimate lbhttp's Reporter
+// answers with is the median of its last 64 requests, where one
 // replication keys it by the RIF. Whether prequal pays with many
 // backends, or with the paper's pool and estimate, is not measured here.
 //

@@ -29,7 +29,7 @@ func Example() {
 	// Answers that last, so that the output does not depend on how busy
 	// the machine running the example is; leave both options out in
 	// production.
-	p := prequal.New(probe, prequal.WithReuse(1<<20), prequal.WithMaxAge(time.Minute))
+	p := prequal.New(probe, prequal.WithReuse(1<<20), prequal.WithReportExpiry(time.Minute))
 	if err := p.Update(balancer.Endpoints("fast:80", "slow:80")); err != nil {
 		panic(err)
 	}

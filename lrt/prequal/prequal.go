@@ -2,7 +2,6 @@ package prequal
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -26,8 +25,8 @@ const (
 	DefaultProbeRate = 1.0
 	// DefaultReuse is how many picks one probe answer may serve.
 	DefaultReuse = 4
-	// DefaultMaxAge is how long a probe answer stays in the pool.
-	DefaultMaxAge = time.Second
+	// DefaultReportExpiry is how long a probe answer stays in the pool.
+	DefaultReportExpiry = time.Second
 	// DefaultProbeTimeout bounds one probe.
 	DefaultProbeTimeout = 500 * time.Millisecond
 	// DefaultTick is how often the probe loop sends the probes asked for
@@ -76,12 +75,8 @@ type Picker struct {
 	mu  sync.Mutex
 	reg balancer.Registry[state]
 
-	// Guarded by life: Start and Close.
-	life    sync.Mutex
-	started bool
-	closed  bool
-	cancel  context.CancelFunc
-	running sync.WaitGroup
+	// The probe loop: Start and Close.
+	life balancer.Lifecycle
 }
 
 // state is this picker's own count of requests in flight on a backend,
@@ -137,89 +132,127 @@ type config struct {
 	tick     time.Duration
 	rand     func() uint64
 	clock    func() time.Time
+	err      error // the first bad option, which Update returns
 }
 
 type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
+// bad keeps err if it is the first bad option.
+func (c *config) bad(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
 // WithQuantile sets Q_RIF, the quantile of the pool's requests in flight
 // above which a backend is hot. The default is DefaultQuantile (0.84).
 // 1 makes every backend cold, so that latency alone decides; 0 makes hot
-// all but the least loaded, so that requests in flight decide. Values
-// outside [0, 1], and NaN, are ignored.
+// all but the least loaded, so that requests in flight decide. A q
+// outside [0, 1], or NaN, is a bad option.
 func WithQuantile(q float64) Option {
 	return optionFunc(func(c *config) {
-		if q >= 0 && q <= 1 {
-			c.quantile = q
+		if !(q >= 0 && q <= 1) {
+			c.bad(balancer.BadOption("WithQuantile", q, "0 to 1"))
+			return
 		}
+		c.quantile = q
 	})
 }
 
 // WithProbeRate sets how many probes each pick asks for, on average; 0.5
-// is one probe every other pick. The default is DefaultProbeRate (1).
-// Values are clamped to [0.01, 16].
+// is one probe every other pick. The default is DefaultProbeRate (1). An
+// r outside [0.01, 16], or NaN, is a bad option.
 func WithProbeRate(r float64) Option {
 	return optionFunc(func(c *config) {
-		if !math.IsNaN(r) {
-			c.rate = uint64(min(max(r, 0.01), maxProbeRate) * rateUnit)
+		if !(r >= 0.01 && r <= maxProbeRate) {
+			c.bad(balancer.BadOption("WithProbeRate", r, fmt.Sprintf("0.01 to %d", maxProbeRate)))
+			return
 		}
+		c.rate = uint64(r * rateUnit)
 	})
 }
 
 // WithReuse sets how many picks one probe answer may serve before it
-// leaves the pool. The default is DefaultReuse (4). Values below 1 are
-// raised to 1.
+// leaves the pool. The default is DefaultReuse (4). An n outside
+// [1, 2³¹-1] is a bad option.
 func WithReuse(n int) Option {
-	return optionFunc(func(c *config) { c.reuse = int32(min(max(n, 1), math.MaxInt32)) })
+	return optionFunc(func(c *config) {
+		if n < 1 || n > math.MaxInt32 {
+			c.bad(balancer.BadOption("WithReuse", n, fmt.Sprintf("1 to %d", math.MaxInt32)))
+			return
+		}
+		c.reuse = int32(n)
+	})
 }
 
-// WithMaxAge sets how long a probe answer stays in the pool. The default
-// is DefaultMaxAge (1 s). Values below a millisecond are ignored.
-func WithMaxAge(d time.Duration) Option {
+// WithReportExpiry sets how long a probe answer, the backend's report,
+// stays in the pool. The default is DefaultReportExpiry (1 s). A d below
+// a millisecond is a bad option.
+func WithReportExpiry(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d >= time.Millisecond {
-			c.maxAge = d
+		if d < time.Millisecond {
+			c.bad(balancer.BadOption("WithReportExpiry", d, "at least 1ms"))
+			return
 		}
+		c.maxAge = d
 	})
 }
 
 // WithProbeTimeout bounds each probe. The default is DefaultProbeTimeout
-// (500 ms). Values of zero or less are ignored.
+// (500 ms). A d of zero or less is a bad option.
 func WithProbeTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.timeout = d
+		if d <= 0 {
+			c.bad(balancer.BadOption("WithProbeTimeout", d, "more than 0"))
+			return
 		}
+		c.timeout = d
 	})
 }
 
 // WithTick sets how often the probe loop sends the probes asked for and
 // drops stale answers: a probe leaves at most a tick after the pick that
-// asked for it. The default is DefaultTick (2 ms). Values below 100 µs
-// are raised to it.
+// asked for it. The default is DefaultTick (2 ms). A d below 100 µs is a
+// bad option: a loop that wakes more often costs more CPU than its probes
+// save.
 func WithTick(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.tick = max(d, 100*time.Microsecond) })
+	return optionFunc(func(c *config) {
+		if d < minTick {
+			c.bad(balancer.BadOption("WithTick", d, "at least "+minTick.String()))
+			return
+		}
+		c.tick = d
+	})
 }
+
+// minTick is the shortest tick WithTick takes.
+const minTick = 100 * time.Microsecond
 
 // WithRand sets the random source for the backends to probe and for picks
 // made without probes. The default is math/rand/v2's Uint64. It must be
-// safe for concurrent use. A nil f is ignored.
+// safe for concurrent use. A nil f is a bad option.
 func WithRand(f func() uint64) Option {
 	return optionFunc(func(c *config) {
-		if f != nil {
-			c.rand = f
+		if f == nil {
+			c.bad(balancer.BadOption("WithRand", "nil", "a function"))
+			return
 		}
+		c.rand = f
 	})
 }
 
 // WithClock sets the clock probe answers are stamped and aged by (Pick
-// reads none). The default is the monotonic clock.
+// reads none). The default is the monotonic clock. A nil now is a bad
+// option.
 func WithClock(now func() time.Time) Option {
 	return optionFunc(func(c *config) {
-		if now != nil {
-			c.clock = now
+		if now == nil {
+			c.bad(balancer.BadOption("WithClock", "nil", "a function"))
+			return
 		}
+		c.clock = now
 	})
 }
 
@@ -228,14 +261,16 @@ func WithClock(now func() time.Time) Option {
 // Close) nothing is probed and, once the pool is empty, picks fall back to
 // two random choices on this picker's in-flight counts. With a nil probe,
 // Start's loop sends nothing, and the pool fills only through Observe (a
-// caller that probes by itself, after Step).
+// caller that probes by itself, after Step). A bad option (see
+// balancer.ErrBadOption) makes every Update return its error, and the
+// Picker stays empty.
 func New(probe ProbeFunc, opts ...Option) *Picker {
 	c := config{
 		probe:    probe,
 		quantile: DefaultQuantile,
 		rate:     uint64(DefaultProbeRate * rateUnit),
 		reuse:    DefaultReuse,
-		maxAge:   DefaultMaxAge,
+		maxAge:   DefaultReportExpiry,
 		timeout:  DefaultProbeTimeout,
 		tick:     DefaultTick,
 		rand:     rand.Uint64,
@@ -265,6 +300,9 @@ func (p *Picker) ticks() int64 { return p.cfg.clock().UnixNano() }
 func (p *Picker) Update(bs []balancer.Backend) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.cfg.err != nil {
+		return fmt.Errorf("prequal: update: %w", p.cfg.err)
+	}
 	set, err := balancer.NewSet(bs)
 	if err != nil {
 		return fmt.Errorf("prequal: update: %w", err)
@@ -469,36 +507,19 @@ func (p *Picker) InFlight(id string) int64 {
 	return 0
 }
 
-// Errors of Start.
-var (
-	errStarted = errors.New("prequal: already started")
-	errClosed  = errors.New("prequal: closed")
-)
-
 // Start runs the probe loop until ctx ends or Close is called: every tick
 // it drops answers older than the maximum age and sends the probes the
 // picks asked for, each in its own goroutine, at most 16 at a time (asks
 // beyond those are dropped: a backend slow to answer probes is slow). It
-// returns an error if called twice or after Close.
+// returns an error wrapping balancer.ErrStarted if called twice, or
+// balancer.ErrClosed after Close (balancer.Lifecycle's rules).
 //
 // The loop allocates (a goroutine, a context and an answer per probe, and
 // what the ProbeFunc allocates); Pick and Done never do.
 func (p *Picker) Start(ctx context.Context) error {
-	p.life.Lock()
-	defer p.life.Unlock()
-	switch {
-	case p.closed:
-		return errClosed
-	case p.started:
-		return errStarted
+	if err := p.life.Start(ctx, p.loop); err != nil {
+		return fmt.Errorf("prequal: start: %w", err)
 	}
-	p.started = true
-	ctx, p.cancel = context.WithCancel(ctx)
-	p.running.Add(1)
-	go func() {
-		defer p.running.Done()
-		p.loop(ctx)
-	}()
 	return nil
 }
 
@@ -507,13 +528,7 @@ func (p *Picker) Start(ctx context.Context) error {
 // Done and Update keep working, on the fallback (see Pick). Close is
 // idempotent.
 func (p *Picker) Close() error {
-	p.life.Lock()
-	p.closed = true
-	if p.cancel != nil {
-		p.cancel()
-	}
-	p.life.Unlock()
-	p.running.Wait()
+	p.life.Close()
 	for i := range p.pool {
 		p.pool[i].Store(nil)
 	}
@@ -612,8 +627,9 @@ func (p *Picker) probeOne(ctx context.Context, s *snapshot, i int) {
 // in flight (l.InFlight) and its latency estimate (l.Latency), stamped
 // now. Use it for answers that come another way: probes your code sends
 // after Step, a simulator's backends, a report that came with a response.
-// An answer for a backend not in the set, or with a negative or NaN
-// figure, is ignored.
+// An answer for a backend not in the set, or with a negative, NaN or
+// infinite figure, is ignored; a count in flight below this picker's own
+// on b counts as that (see answer).
 //
 // Cost: O(n) to find b in the set, one allocation, and the insertion.
 func (p *Picker) Observe(b balancer.Backend, l balancer.Load) {
@@ -631,10 +647,19 @@ func (p *Picker) Observe(b balancer.Backend, l balancer.Load) {
 }
 
 // answer puts l, an answer about the i-th backend of s, in the pool, and
-// reports whether it did: not for a bad answer, nor for a backend that
+// reports whether it did: not for a bad answer (a count in flight that is
+// negative, NaN or infinite, a negative latency), nor for a backend that
 // left the set since s.
+//
+// The count in flight is raised to at least this picker's own on the
+// backend, which the backend holds (or is about to) whatever it says:
+// otherwise a backend answering 0 in flight and 0 latency, honestly
+// idle a moment ago or lying, would stay cold and fastest however many
+// requests it is sent, and take nearly all of them
+// (TestLyingAnswerBounded). A lower latency still wins among the cold,
+// as the paper's rule says.
 func (p *Picker) answer(s *snapshot, i int, l balancer.Load) bool {
-	if !(l.InFlight >= 0) || l.Latency < 0 {
+	if !(l.InFlight >= 0) || math.IsInf(l.InFlight, 1) || l.Latency < 0 {
 		return false
 	}
 	st := s.entries[i].st
@@ -652,7 +677,8 @@ func (p *Picker) answer(s *snapshot, i int, l balancer.Load) bool {
 			return false
 		}
 	}
-	p.insert(&probe{st: st, pos: i, rif: l.InFlight, lat: float64(l.Latency), local: st.Load(), at: p.ticks()})
+	local := st.Load()
+	p.insert(&probe{st: st, pos: i, rif: max(l.InFlight, float64(local)), lat: float64(l.Latency), local: local, at: p.ticks()})
 	return true
 }
 

@@ -152,11 +152,11 @@ func TestReuse(t *testing.T) {
 	assert.Zero(t, p.Stats().Pool, "used twice")
 }
 
-// Answers older than WithMaxAge leave the pool at the next tick.
+// Answers older than WithReportExpiry leave the pool at the next tick.
 func TestStaleDropped(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	f := newFleet()
-	p, _ := filled(t, f, prequal.WithClock(func() time.Time { return now }), prequal.WithMaxAge(time.Second))
+	p, _ := filled(t, f, prequal.WithClock(func() time.Time { return now }), prequal.WithReportExpiry(time.Second))
 	now = now.Add(999 * time.Millisecond)
 	p.ProbeNow()
 	assert.Equal(t, prequal.PoolSize, p.Stats().Pool)
@@ -286,7 +286,7 @@ func TestStartProbes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	require.NoError(t, p.Start(ctx))
-	assert.ErrorContains(t, p.Start(ctx), "already started")
+	assert.ErrorIs(t, p.Start(ctx), balancer.ErrStarted)
 	counts := map[string]int{}
 	deadline := time.Now().Add(10 * time.Second)
 	for counts["b"] < 200 && time.Now().Before(deadline) {
@@ -299,7 +299,7 @@ func TestStartProbes(t *testing.T) {
 	require.NoError(t, p.Close())
 	require.NoError(t, p.Close())
 	assert.Zero(t, p.Stats().Pool, "Close empties the pool")
-	assert.ErrorContains(t, p.Start(ctx), "closed")
+	assert.ErrorIs(t, p.Start(ctx), balancer.ErrClosed)
 	_ = pickID(t, p, balancer.Request{}) // still a picker
 }
 
@@ -330,8 +330,58 @@ func TestStepObserve(t *testing.T) {
 	for range 3 {
 		_, _ = q.Pick(balancer.Request{})
 	}
-	now = now.Add(2 * prequal.DefaultMaxAge)
+	now = now.Add(2 * prequal.DefaultReportExpiry)
 	q.Step(func(b balancer.Backend) { asked = append(asked, b.ID()) })
 	assert.Len(t, asked, 3)
 	assert.Zero(t, q.Stats().Pool, "the stale answer dropped")
+}
+
+// A backend whose probe answers say it is idle and instant (0 in flight,
+// 0 latency), whatever it holds, does not take the traffic: an answer
+// counts at least the requests this picker has in flight on the backend,
+// so the liar turns hot like any backend once it holds more than the
+// others. Before that bound it held nearly every request.
+func TestLyingAnswerBounded(t *testing.T) {
+	bs := balancer.Endpoints("a", "b", "c", "d")
+	p := prequal.New(nil, prequal.WithRand(cycling(4)))
+	require.NoError(t, p.Update(bs))
+	answer := func(b balancer.Backend) {
+		if b.ID() == "a" {
+			p.Observe(b, balancer.Load{}) // the liar
+			return
+		}
+		// The honest: what they hold (this picker's requests only), and
+		// a latency that grows with it.
+		rif := p.InFlight(b.ID())
+		p.Observe(b, balancer.Load{InFlight: float64(rif), Latency: time.Duration(rif+1) * time.Millisecond})
+	}
+	const n = 400
+	for range n {
+		_, err := p.Pick(balancer.Request{}) // held: no Done
+		require.NoError(t, err)
+		p.Step(answer)
+	}
+	counts := make([]int64, len(bs))
+	for i, b := range bs {
+		counts[i] = p.InFlight(b.ID())
+	}
+	t.Logf("held %v", counts)
+	assert.Less(t, float64(counts[0])/n, 0.4, "the liar's share of %d held: %v", n, counts)
+	for _, c := range counts[1:] {
+		assert.Greater(t, float64(c)/n, 0.15, "the others' shares: %v", counts)
+	}
+}
+
+// Answers no backend can give are ignored: a negative, NaN or infinite
+// count in flight, a negative latency.
+func TestBadAnswersIgnored(t *testing.T) {
+	bs := balancer.Endpoints("a", "b")
+	p := prequal.New(nil, prequal.WithRand(cycling(2)))
+	require.NoError(t, p.Update(bs))
+	for _, l := range []balancer.Load{
+		{InFlight: -1}, {InFlight: math.NaN()}, {InFlight: math.Inf(1)}, {Latency: -1},
+	} {
+		p.Observe(bs[0], l)
+		assert.Zero(t, p.Stats().Pool, "%+v", l)
+	}
 }
