@@ -1,8 +1,0 @@
-package lbhttp
-
-import "time"
-
-// SetLinkAfter sets how long t's attempts run before their guards
-// register with the request's context (proxyLinkAfter behind NewProxy),
-// for tests that cannot wait that long.
-func SetLinkAfter(t *Transport, d time.Duration) { t.linkAfter = d }
