@@ -1,6 +1,7 @@
 // Package bench compares lbkit's algorithms side by side.
 //
-// Algorithms lists the configurations compared. Two comparisons use it:
+// catalog.Algorithms lists the configurations compared (package catalog,
+// which the ready proxy uses too). Two comparisons use it:
 //
 //   - How they behave under load, the question that chooses an algorithm:
 //     the scenario simulator, package bench/sim, and its command,

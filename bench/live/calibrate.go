@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/sim"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 // Thresholds of Trust: what part of the fastest backend's scaled latency
@@ -60,11 +60,11 @@ type Overhead struct {
 // two service times if that is longer still. Arguments are checked as
 // Run checks them.
 func Calibrate(ctx context.Context, scenarios []sim.Scenario, f float64) (Overhead, error) {
-	rr, ok := bench.Lookup("rr")
+	rr, ok := catalog.Lookup("rr")
 	if !ok || len(scenarios) == 0 {
 		return Overhead{}, fmt.Errorf("%w: nothing to calibrate", sim.ErrScenario)
 	}
-	if err := Check(scenarios, []bench.Algorithm{rr}, Options{Scale: f}); err != nil {
+	if err := Check(scenarios, []catalog.Algorithm{rr}, Options{Scale: f}); err != nil {
 		return Overhead{}, err
 	}
 	fastest := Fastest(scenarios)

@@ -6,9 +6,9 @@ import (
 	"math"
 	"time"
 
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/live"
 	"github.com/lbkit/lbkit/bench/sim"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 // Play one small scenario live, a second of real time at scale 0.5, and
@@ -31,7 +31,7 @@ func ExamplePlay() {
 		Stages:   []sim.Stage{{Duration: 2 * time.Second, Target: 4}},
 		Think:    40 * time.Millisecond,
 	}
-	rr, _ := bench.Lookup("rr")
+	rr, _ := catalog.Lookup("rr")
 	got, err := live.Play(context.Background(), sc, sim.None, rr, 1, live.Options{Scale: 0.5})
 	if err != nil {
 		panic(err)

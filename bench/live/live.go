@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/sim"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 // Scale bounds and default.
@@ -79,7 +79,7 @@ func Source(f float64) string {
 // arguments. It validates everything before it starts; errors about bad
 // input wrap sim.ErrScenario. When ctx ends, Run stops the run playing,
 // shuts it down and returns ctx's error.
-func Run(ctx context.Context, scenarios []sim.Scenario, algos []bench.Algorithm, opt Options) (*sim.Report, error) {
+func Run(ctx context.Context, scenarios []sim.Scenario, algos []catalog.Algorithm, opt Options) (*sim.Report, error) {
 	if err := Check(scenarios, algos, opt); err != nil {
 		return nil, err
 	}
@@ -124,12 +124,12 @@ func Run(ctx context.Context, scenarios []sim.Scenario, algos []bench.Algorithm,
 // Check returns the error Run would return for these arguments before it
 // starts anything, or nil: a scale outside (0, MaxScale], a number of
 // proxies below 1, no algorithm or one without a New constructor, one of
-// bench.LoadAware (the live backends send no load reports and answer no
+// catalog.LoadAware (the live backends send no load reports and answer no
 // probes), a scenario that Validate refuses as given or once scaled, with
 // more than MaxUsers users, or with a backend's neighbour (Neighbours). Errors about bad input wrap sim.ErrScenario. A
 // program that simulates first (lbsim -live) calls it before, so that
 // bad input is refused at once.
-func Check(scenarios []sim.Scenario, algos []bench.Algorithm, opt Options) error {
+func Check(scenarios []sim.Scenario, algos []catalog.Algorithm, opt Options) error {
 	f, err := opt.scale()
 	if err != nil {
 		return err
@@ -146,7 +146,7 @@ func Check(scenarios []sim.Scenario, algos []bench.Algorithm, opt Options) error
 		if a.New == nil {
 			return fmt.Errorf("live: algorithm %q has no New constructor", a.Name)
 		}
-		if slices.ContainsFunc(bench.LoadAware(), func(l bench.Algorithm) bool { return l.Name == a.Name }) {
+		if slices.ContainsFunc(catalog.LoadAware(), func(l catalog.Algorithm) bool { return l.Name == a.Name }) {
 			return fmt.Errorf("%w: live: %s weighs load reports or probes, which the live backends do not send or answer", sim.ErrScenario, a.Name)
 		}
 	}
@@ -168,7 +168,7 @@ func Check(scenarios []sim.Scenario, algos []bench.Algorithm, opt Options) error
 // measured in the scenario's own time base. It returns when the scenario
 // is over and every server, client and goroutine it started has stopped,
 // or earlier with ctx's error when ctx ends.
-func Play(ctx context.Context, sc sim.Scenario, v sim.Variant, a bench.Algorithm, proxies int, opt Options) (sim.Result, error) {
+func Play(ctx context.Context, sc sim.Scenario, v sim.Variant, a catalog.Algorithm, proxies int, opt Options) (sim.Result, error) {
 	f, err := opt.scale()
 	if err != nil {
 		return sim.Result{}, err
@@ -207,6 +207,10 @@ func scaleScenario(sc sim.Scenario, f float64) (sim.Scenario, error) {
 	if fleet := sc.Proxies > 0 || len(sc.ProxyZones) > 0 || sc.CrossZone > 0 ||
 		slices.ContainsFunc(sc.RunVariants(), func(v sim.Variant) bool { return v&(sim.Locality|sim.Subset) != 0 }); fleet {
 		return sc, fmt.Errorf("%w: %s: zones, fleets of proxies and the locality and subset variants are simulated only", sim.ErrScenario, sc.Name)
+	}
+	if slices.ContainsFunc(sc.Backends, func(b sim.Backend) bool { return b.FailShare > 0 || b.Track != "" }) ||
+		slices.ContainsFunc(sc.RunVariants(), func(v sim.Variant) bool { return v&(sim.Route|sim.Canary) != 0 }) {
+		return sc, fmt.Errorf("%w: %s: a share of failures (fail=), tracks and the route and canary variants are simulated only", sim.ErrScenario, sc.Name)
 	}
 	scale := func(d time.Duration) time.Duration {
 		return time.Duration(math.Round(float64(d)*f/1e3)) * time.Microsecond
@@ -282,7 +286,7 @@ type run struct {
 
 // play is Play with the scale checked; progress gets Run, Elapsed and
 // Length.
-func play(ctx context.Context, orig sim.Scenario, v sim.Variant, a bench.Algorithm, proxies int, f float64, seed uint64, progress func(Progress)) (sim.Result, error) {
+func play(ctx context.Context, orig sim.Scenario, v sim.Variant, a catalog.Algorithm, proxies int, f float64, seed uint64, progress func(Progress)) (sim.Result, error) {
 	sc, err := scaleScenario(orig, f)
 	if err != nil {
 		return sim.Result{}, err
@@ -318,7 +322,7 @@ func play(ctx context.Context, orig sim.Scenario, v sim.Variant, a bench.Algorit
 
 // setUp starts the backends, the proxies and the users' goroutines, which
 // wait for their first send.
-func (r *run) setUp(v sim.Variant, a bench.Algorithm, proxies int, seed uint64) error {
+func (r *run) setUp(v sim.Variant, a catalog.Algorithm, proxies int, seed uint64) error {
 	r.byID = make(map[string]*backend, len(r.sc.Backends))
 	r.stepErrs = make([]atomic.Int32, r.steps)
 	for i, spec := range r.sc.Backends {
@@ -348,7 +352,7 @@ func (r *run) setUp(v sim.Variant, a bench.Algorithm, proxies int, seed uint64) 
 
 // endpoints is the set every proxy's picker is given: the simulator's IDs
 // and, for an algorithm that uses them, the scenario's weights.
-func (r *run) endpoints(a bench.Algorithm) []balancer.Backend {
+func (r *run) endpoints(a catalog.Algorithm) []balancer.Backend {
 	bs := make([]balancer.Backend, len(r.sc.Backends))
 	for i, spec := range r.sc.Backends {
 		w := 1

@@ -13,16 +13,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/live"
 	"github.com/lbkit/lbkit/bench/sim"
-	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/catalog"
+	"github.com/lbkit/lbkit/lbhttp"
 )
 
-// algo returns the configuration named name from bench.Algorithms.
-func algo(t testing.TB, name string) bench.Algorithm {
+// algo returns the configuration named name from catalog.Algorithms.
+func algo(t testing.TB, name string) catalog.Algorithm {
 	t.Helper()
-	a, ok := bench.Lookup(name)
+	a, ok := catalog.Lookup(name)
 	require.True(t, ok, "no algorithm %q", name)
 	return a
 }
@@ -55,7 +55,7 @@ func noLeak(t *testing.T, before int) {
 // clients, timers that fire late, the machine's scheduling) adds to every
 // live request, a millisecond or two of real time on an idle machine and
 // tens of milliseconds on a loaded one, and the simulation has none of it:
-// on a busy machine least connections' live RPS fell to ×0.805 of the
+// on a busy machine least connections' live RPS falls well short of the
 // simulation's, which no fixed bound on the live/simulated ratio can both
 // allow and still mean something. So round robin, played at the same
 // moment, measures the rig, and least connections is checked against a
@@ -71,16 +71,16 @@ func noLeak(t *testing.T, before int) {
 //   - On the side the rig cannot push (more RPS, less latency than the
 //     plain simulation), both stay within 15% of the plain simulation:
 //     the model is never pessimistic by more than that. On the other side
-//     there is no bound of the plain simulation's: at a load average of
-//     18 on two cores round robin's live mean reached ×2.5 of it, with
-//     least connections still within 10% of the simulation with the rig.
+//     there is no bound of the plain simulation's: on a loaded machine
+//     round robin's live mean can reach several times it, while least
+//     connections stays close to the simulation with the rig.
 //
 // The overhead is added, not multiplied: dividing least connections'
 // live/simulated ratio by round robin's leaves a bias that grows with the
 // load, since its requests are shorter and the same milliseconds weigh
 // more on them. Playing both at once makes load that comes and goes weigh
-// on both alike. bench/live's doc ("Agreement with the simulator") has the
-// figures of both ways. The scale (0.5: backends answer in 25 to 250 ms,
+// on both alike. bench/live's doc ("Agreement with the simulator") says
+// more. The scale (0.5: backends answer in 25 to 250 ms,
 // users think 50 ms) keeps the overhead small against the latencies; 20
 // users per algorithm keep the rate low (about 110 requests/s of real time
 // each).
@@ -88,7 +88,7 @@ func TestAgreement(t *testing.T) {
 	sc := scenario(t, "steady").ScaleUsers(20)
 	sc = sc.Scale(float64(10*time.Second) / float64(sc.Length()))
 	const scale = 0.5
-	algos := []bench.Algorithm{algo(t, "rr"), algo(t, "leastconn")} // rr first: the yardstick
+	algos := []catalog.Algorithm{algo(t, "rr"), algo(t, "leastconn")} // rr first: the yardstick
 	want := make([]sim.Result, len(algos))
 	got := make([]sim.Result, len(algos))
 	errs := make([]error, len(algos))
@@ -191,7 +191,15 @@ func TestFailure(t *testing.T) {
 	within(t, dead.Refused+dead.Reset, bare.Errors, "without retries each failed attempt is a failed request")
 	assert.Zero(t, bare.Retries)
 	require.NotNil(t, bare.Failure)
-	assert.Less(t, bare.Failure.After, 0.9*bare.Failure.Before, "a quarter of the requests fail")
+	// Round robin sends every fourth request to the dead backend: about a
+	// quarter of the requests after the kill fail, whatever the machine's
+	// load (which moves the throughput before and after alike, and which
+	// a comparison of the two, After < 0.9 × Before, did not survive on a
+	// loaded machine: 42.75 against 42.3).
+	after := (sc.Length() - bare.Failure.Outage.At).Seconds()
+	failedShare := float64(bare.Errors) / (float64(bare.Errors) + bare.Failure.After*after)
+	t.Logf("none: %.0f%% of the requests after the kill failed", 100*failedShare)
+	assert.InDelta(t, 0.25, failedShare, 0.1, "a quarter of the requests after the kill fail")
 
 	assert.Equal(t, 2, best.Proxies)
 	assert.Zero(t, best.Errors, "every failed attempt was retried on a live backend")
@@ -340,7 +348,7 @@ func TestRun(t *testing.T) {
 	before := runtime.NumGoroutine()
 	sc := scenario(t, "burst").ScaleUsers(12)
 	sc = sc.Scale(float64(2*time.Second) / float64(sc.Length()))
-	algos := []bench.Algorithm{algo(t, "rr"), algo(t, "iphash")}
+	algos := []catalog.Algorithm{algo(t, "rr"), algo(t, "iphash")}
 	var calls []live.Progress
 	rep, err := live.Run(context.Background(), []sim.Scenario{sc}, algos, live.Options{Scale: 1, Proxies: []int{1, 2},
 		Progress: func(p live.Progress) { calls = append(calls, p) }})
@@ -378,11 +386,11 @@ func TestRun(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	before := runtime.NumGoroutine()
 	good := scenario(t, "failure")
-	rr := []bench.Algorithm{algo(t, "rr")}
+	rr := []catalog.Algorithm{algo(t, "rr")}
 	for _, tc := range []struct {
 		name  string
 		sc    sim.Scenario
-		algos []bench.Algorithm
+		algos []catalog.Algorithm
 		opt   live.Options
 	}{
 		{"negative scale", good, rr, live.Options{Scale: -1}},
@@ -449,7 +457,7 @@ func slowScenario(t *testing.T, name string, length time.Duration) sim.Scenario 
 
 // playBoth plays sc under two variants at the same time, so that the load
 // of the machine weighs on both alike, and returns both results.
-func playBoth(t *testing.T, sc sim.Scenario, a, b sim.Variant, algo bench.Algorithm, scale float64) (sim.Result, sim.Result) {
+func playBoth(t *testing.T, sc sim.Scenario, a, b sim.Variant, algo catalog.Algorithm, scale float64) (sim.Result, sim.Result) {
 	t.Helper()
 	var rs [2]sim.Result
 	var errs [2]error

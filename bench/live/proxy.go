@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/sim"
-	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/catalog"
 	"github.com/lbkit/lbkit/health"
+	"github.com/lbkit/lbkit/lbhttp"
 )
 
 // loopback is what the proxies trust to report a client's address in
@@ -38,7 +38,7 @@ type proxy struct {
 }
 
 // startProxy builds and starts one proxy for algorithm a under variant v.
-func (r *run) startProxy(a bench.Algorithm, v sim.Variant) (*proxy, error) {
+func (r *run) startProxy(a catalog.Algorithm, v sim.Variant) (*proxy, error) {
 	p := &proxy{}
 	// The algorithm lives in the scenario's time, as in the simulation:
 	// its clock runs 1/scale times as fast as the real one, and the

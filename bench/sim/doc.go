@@ -1,6 +1,6 @@
 // Package sim answers "which algorithm for my backends?" in seconds. It
 // plays load scenarios in virtual time against every configuration of
-// bench.Algorithms (and of bench.LoadAware, the pickers that weigh the
+// catalog.Algorithms (and of catalog.LoadAware, the pickers that weigh the
 // backends' load reports and probes) — the real pickers, driven through
 // their rand and clock seams, wrapped in the real health package where a
 // scenario compares failure handling, with lbhttp's own retry budget and
@@ -30,7 +30,7 @@
 //
 // From Go:
 //
-//	rep, err := sim.Run(sim.Defaults(nil), bench.Algorithms(), sim.Options{Seed: 1})
+//	rep, err := sim.Run(sim.Defaults(nil), catalog.Algorithms(), sim.Options{Seed: 1})
 //	if err != nil { ... }
 //	rep.WriteText(os.Stdout) // or WriteMarkdown, WriteHTML
 //	for _, s := range rep.Summaries() {
@@ -96,8 +96,8 @@
 //
 // Under each table, lines computed from its figures: which algorithm gives
 // the most throughput, the lowest p99 and the fewest errors (figures
-// within 1% of the best tie: Tie), and the trade-off in one line, such as
-// "lrt-naive serves 10% more than lrt with the same p99; it sends 97% of
+// within 1% of the best tie: Tie), and the trade-off in one line, of the
+// form "A serves N% more than B with the same p99; it sends M% of
 // attempts to one backend". A scenario that compares failure handling is
 // judged under the variant that fails fewest requests, or under the one
 // it is about when it names one (Scenario.Contrast: the fleet and slow
@@ -106,11 +106,15 @@
 // under each variant.
 //
 // The summary, for each number of proxies, scores every algorithm in
-// every scenario by the least of its ratios to the best there (its
-// throughput over the most, the lowest p99 over its p99, the share of
-// requests it serves over the best share), and picks the one whose worst
-// scenario scores best: the pick should hold on every kind of day, not
-// win most of them. The runner-up follows, then algorithms that lead
+// every scenario by the least of its weighted ratios to the best there
+// (its throughput over the most, weight 1; the square root of the lowest
+// p99 over its p99, weight ½; what its errors leave of the requests over
+// what the fewest leave, weight 1; and, where backends have a capacity,
+// what its busiest backend leaves the others over what a share at that
+// backend's herding bound leaves, weight 1: see Summary and HerdBounds),
+// and picks the one whose worst scenario scores best: the pick should
+// hold on every kind of day, not win most of them. RuleText says the
+// rule in a line, which lbsim prints under the summary. The runner-up follows, then algorithms that lead
 // somewhere but not at worst, with why. ScenarioReport.Verdict and
 // Report.Summaries compute them; nothing is written by hand, so other
 // backends give other verdicts (TestVerdictFollowsBackends: lrt for the
@@ -130,7 +134,8 @@
 // "report_delay_ms", "probe_rtt_ms", "client_timeout_ms" (when users
 // give up), "variants", "backends" (label, id, latency_ms, jitter_ms,
 // sigma, samples, weight, capacity, down, and neighbours, zone, stalls,
-// unavailable, tail_share and tail_factor when it has them), "metrics"
+// unavailable, tail_share, tail_factor, fail_share and track when it has
+// them), "metrics"
 // (name, label, unit, better, leader), "results" and its "verdict"
 // (variant, leads, trade_off, handling, by_variant, versus, contrast
 // when it has one, lines), and, for a fleet scenario, "proxy_zones",
@@ -177,7 +182,7 @@
 // reports of their load, and probes, are worth their cost (see "Load
 // reports and probes" below). lbsim runs them when asked
 // (-scenarios antagonist,hetero; each name stands for both of its
-// shares), and then runs bench.LoadAware's pickers too, with every
+// shares), and then runs catalog.LoadAware's pickers too, with every
 // other; they are not in its default run, which replays the study.
 //
 //   - antagonist-70, antagonist-95: four backends serving in 50 ms (fixed
@@ -195,15 +200,16 @@
 // the best p99 of wrr-reported, leastconn-reports and prequal against the
 // best of leastconn and lrt (Scenario.Versus).
 //
-// SlowScenarios returns three more, of backends that fail slowly or
+// SlowScenarios returns five more, of backends that fail slowly or
 // answer errors fast, which compare what the proxy does about them:
 // timeouts, the retry budget and hedged requests, as lbhttp's Transport
-// does them (see "Slow backends, measured" below). lbsim runs them when
-// asked (-scenarios stall,storm,tail), over -backends when given; they
+// does them, health without retries, and a canary behind package route
+// (docs/results.md has the tables). lbsim runs them when asked
+// (-scenarios stall,storm,tail,flaky,canary), over -backends when given; they
 // are not in its default run either: their question is the proxy's more
 // than the algorithm's (their variants differ far more than their
-// algorithms do), and their 100 runs would double the default run's
-// time. Each has the study's four backends, 100 users for 3 minutes who
+// algorithms do), and they would add 100 runs to the default run's 120.
+// Each has the study's four backends, 100 users for 3 minutes who
 // give up on a request after a minute (DefaultClientTimeout, k6's
 // default), and active checks every 5 s; "retries" below is
 // active+passive+retry (lbhttp before it had timeouts) and "defaults"
@@ -218,6 +224,33 @@
 //   - tail: each backend takes 20 times its latency for 1% of its
 //     requests, drawn at random; under retries, defaults and defaults with
 //     hedging.
+//   - flaky: the 50 ms backend answers 30% of its requests, and of its
+//     health checks, with a 503 in a millisecond, drawn at random, for
+//     the whole run; under the bare picker, active+passive (health
+//     without retries), retries and defaults, and active+passive and
+//     defaults with failrate. Without retries each of those is a user's
+//     error; passive ejection counts consecutive
+//     failures, which one failure in three makes now and then, so it
+//     takes the backend out for a while only, the more often the more a
+//     picker sends it; a retry saves every one, for 1.3 attempts per
+//     request the flaky backend took (TestFlaky). Least connections
+//     sends it the most: its fast failures leave it the fewest requests
+//     in flight. The failrate variants add health's failure-percentage
+//     ejection (Envoy's failure_percentage) at a threshold of 20%
+//     (FailRateThreshold): it ejects the backend interval after interval,
+//     and round robin's errors without retries, and retries with them,
+//     fall by more than half.
+//   - canary: four backends serving in 50 ms, 16 at once, tracked
+//     "stable", and a canary three times slower (150 ms), tracked
+//     "canary"; under the bare picker (the canary one backend of five),
+//     route (behind package route, sent nothing: the canary off) and
+//     route+canary (5% of the requests tagged for it: on). Off, the
+//     figures are the stable backends' alone; on, 5% of the requests take
+//     three times as long, which sets the p99 (5% is more than 1%) and
+//     costs the throughput what the closed loop's law says; in the pool,
+//     round robin sends the canary a fifth (TestCanary). Over -backends,
+//     the canary is a copy of the first three times slower, unless a
+//     backend has a track= of its own.
 //
 // Their tables add the attempts per request, over the run and during the
 // outage, the longest wait and the 99.9th percentile (SlowMetrics), and
@@ -225,7 +258,7 @@
 // Each verdict judges the variant its scenario is about, lbhttp's
 // defaults (with hedging, in the tail: Scenario.Contrast), and ends with
 // lrt's figures under it and under the variant without it. In the storm
-// the fewest errors would pick plain retries, which fail 2% fewer
+// the fewest errors would pick plain retries, which fail a few fewer
 // requests only because each fails three times as slowly and so leaves
 // its users fewer to send.
 //
@@ -265,16 +298,16 @@
 // backend against the mean. The verdict judges the variant the scenario
 // is about (locality, subset: Scenario.Contrast) and ends with a line
 // that sets one algorithm's figures under both variants side by side:
-// leastconn for zones, round robin for fleet. The measured tables are
-// under "Fleets, measured".
+// leastconn for zones, round robin for fleet. docs/results.md has the
+// tables; packages locality and subset work out what to expect.
 //
 // They are not in the default run, for two reasons. The default run's
 // summary picks an algorithm for the user's backends (-backends); zones
 // and fleet bring backends and proxies of their own (Scenario.Proxies:
 // lbsim refuses -backends with them, and -proxies does not change them),
 // and answer another question: whether to turn a decorator on. And they
-// cost about twelve times the default run: 9.9 s of CPU against 0.85 s
-// (see "Cost").
+// cost an order of magnitude more CPU than the default run: fleet's 100
+// proxies each hold a picker over 300 backends (see "Cost").
 //
 // What the simulator adds for them. A backend runs in a Zone, and proxy p
 // in ProxyZones[p mod n]; an attempt from one zone to another takes
@@ -327,8 +360,10 @@
 // answers held leave at once; its slots stay taken meanwhile. A backend
 // answering 503 (Unavailable) answers every request that arrives so
 // UnavailableTime (1 ms) later, without taking a slot; the requests it was
-// serving finish. Health checks see what requests see: a stalled
-// backend's fail (a probe timeout), as do those of one answering 503. An
+// serving finish. A backend failing a share (FailShare) answers that
+// share of its requests so, drawn at random per request. Health checks
+// see what requests see: a stalled backend's fail (a probe timeout), as
+// do those of one answering 503, and that share of one failing a share. An
 // attempt that leaves a backend before its answer (it timed out, lost a
 // race to a hedge, or its user gave up) leaves its queue or frees its
 // slot at once, as a Go handler that honours its request's context stops
@@ -392,10 +427,24 @@
 // the request fails. TestLeave, TestStallHolds and TestHedge check these
 // steps one by one.
 //
+// Route and the canary. Route wraps each proxy's picker in route.New, by
+// the label "track" (Backend.Track; each backend with one is a
+// balancer.Labeler), one picker of the algorithm per track, requests
+// without a Route going to the "stable" set (Config.Default) and, when it
+// has no backend, to any (Fallback Any), route's random draws from the
+// proxy's seeded source; health goes around it (health ▶ route ▶ the
+// algorithm), so that a track health empties falls back at once. Canary
+// tags each user request, at random from the run's source, with
+// Request.Route "canary" with probability Scenario.CanaryShare (5% by
+// default); its retries and hedges keep the tag. As under Locality, a
+// picker whose loop the simulator turns (prequal, wrr-reported) is
+// refused under Route, before any run starts, and Route does not go with
+// Locality.
+//
 // Load reports and probes. Every backend measures itself over the window
 // lbhttp's Reporter uses, and every answer carries its report
 // (balancer.Result.Load, in Done), for the pickers that weigh reports
-// (wrr's Reported, leastconn's WithReports; bench.Algorithm.Reports);
+// (wrr's Reported, leastconn's WithReports; catalog.Algorithm.Reports);
 // probing pickers (lrt/prequal) have their probes answered.
 //
 //   - Utilisation (Load.Application): busy slots over the slots the
@@ -454,10 +503,10 @@
 // # Checks against theory
 //
 // TestLittlesLaw runs the steady scenario for every algorithm and checks
-// the closed-loop law X = N/(R+Z) within 2% (measured for round robin:
-// 285.6 requests/s against 100/(0.2498+0.1) = 285.9), that round robin
-// over fixed delays gives R = the mean of the delays, 250 ms (measured:
-// 249.8), and that each backend holds λ·W requests on average (Little's
+// the closed-loop law X = N/(R+Z) within 2% (100 users thinking 100 ms,
+// with round robin's R of 250 ms, give 100/(0.25+0.1) = 285.7 requests/s),
+// that round robin over fixed delays gives R = the mean of the delays,
+// 250 ms, and that each backend holds λ·W requests on average (Little's
 // law). The first holds for any closed loop whatever the picker, and the
 // last for backends that never queue, so further tests hold the rest:
 // TestLittlesLawQueues checks, in steady-cap, that the requests at the
@@ -473,232 +522,36 @@
 //
 // # Are load reports worth their cost?
 //
-// The load scenarios' p99 in ms for the pickers the question is about:
-// the three that weigh reports or probes, and the local baselines
-// leastconn and lrt; seed 1 (go run ./bench/cmd/lbsim -scenarios antagonist,hetero -proxies
-// 1,10; RPS in the same tables):
+// The load scenarios ask it (go run ./bench/cmd/lbsim -scenarios
+// antagonist,hetero -proxies 1,10; docs/results.md has the tables). Each
+// verdict ends with a line that sets the best p99 of the three pickers
+// that weigh reports or probes (wrr-reported, leastconn-reports, prequal)
+// against the best of the local ones (leastconn, lrt), which issue 19 set
+// out to beat by 30% at 95% of capacity behind 10 proxies. Variations
+// worth trying: -report-delay 1s or 5s (reports that age), lognormal
+// service times (-backends 50ms:c=16:s=0.5:nb=8@1m,...), antagonist-95 at
+// 95% of all 64 slots (-users 182, overloaded once the neighbour comes).
+// What sets the pickers apart, by mechanism:
 //
-//	                   antagonist-70  antagonist-95  hetero-70      hetero-95
-//	proxies             1      10      1      10      1      10      1      10
-//	leastconn          90.7   97.5   99.4  136.9  191.3  240.5  249.4  344.3
-//	lrt                50.0   50.0   80.0   90.0   98.4  100.0  139.5  132.5
-//	wrr-reported       50.0   50.8   50.0   97.5   50.0   85.7   50.0  100.0
-//	leastconn-reports  53.4   90.7   99.4  127.5  147.6  198.4  247.1  348.4
-//	prequal            50.0   67.8  148.8  150.0  200.0  200.0  349.9  300.1
-//
-// The goal set for them (issue 19) was a p99 at least 30% below the best
-// local picker's at 95% of capacity behind 10 proxies. The simulator shows
-// no such gain: in antagonist-95 the best of the three, wrr-reported, is
-// 8% above lrt (97.5 against 90.0 ms); in hetero-95 it is 25% below
-// (100.0 against 132.5 ms). Nor did any variation reach it (all at 95%,
-// 10 proxies; antagonist, then hetero): reports delayed 1 s
-// (-report-delay 1s), 10% above and 28% below; delayed 5 s, 67% above
-// (leastconn-reports 150.0 ms: wrr-reported's weights lag to 257.5) and
-// 25% below; lognormal service times of median 50 ms and σ 0.5 (-backends
-// 50ms:c=16:s=0.5:nb=8@1m,... -users 147; 50ms:c=32:s=0.5,... -users
-// 158, 95% of the slots at their mean of 56.7 ms), 3% above and 18% below;
-// antagonist-95 at 95% of all 64 slots (-users 182, overloaded once the
-// neighbour comes), 50% above.
-//
-// When they are worth it, then:
-//
-//   - wrr-reported, for capacities that differ and stay put: its weights,
-//     rps over utilisation, are the slots over the latency (shares
-//     53/27/14/7 in hetero), and it had the lowest p99 in both hetero
-//     scenarios behind either fleet. Behind one proxy, with fixed service
-//     times, its smooth turns queue nothing: 50.0 ms in every scenario,
-//     against lrt's 50.0 to 139.5. Behind ten, ten schedules overlap at
-//     random, and it keeps 14 to 25% of lrt's p99 off in hetero. It does
-//     not follow a change faster than its window (10 s): when the
-//     neighbour arrives, the first backend's share of its attempts falls
-//     from 25% to 14% over the next 10 s, with 64 to 71 requests at the 8
-//     slots left at the worst second (series of the 10-proxy run), where
-//     lrt, which sees the slower answers at once, had at most 18. Its p95
-//     there is 50.0 ms, its p99 97.5. Delayed reports make that worse.
-//   - leastconn-reports improved on leastconn at 70% (a p99 7 to 41%
-//     lower) and not at 95% (within 7%), and lrt's p99 was lower than
-//     both everywhere: a backend at its capacity reads 1 however long its
-//     queue, so at high load the reports tell a full backend from a
+//   - wrr-reported's weights, rps over utilisation, are the slots over the
+//     latency when capacities differ and stay put (hetero). Behind one
+//     proxy, with fixed service times, its smooth turns queue nothing;
+//     behind ten, ten schedules overlap at random. It does not follow a
+//     change faster than its report window (10 s): when the neighbour
+//     arrives (antagonist), the first backend's share of its attempts
+//     falls over those 10 s, while lrt, which sees the slower answers at
+//     once, moves away at once. Delayed reports make that worse.
+//   - leastconn-reports: a backend at its capacity reads 1 however long
+//     its queue, so at high load the reports tell a full backend from a
 //     flooded one no better than this proxy's own counts do.
 //   - prequal, as lbkit implements it and as lbhttp's Reporter answers
-//     probes, lost to lrt at 95% everywhere, by 1.7 to 2.5× behind one
-//     proxy and 10 (150.0 against 90.0 ms, 300.1 against 132.5 ms), for a
-//     probe per request (probes/req 1.00). Its shares in hetero-95 behind
-//     10 proxies were 57/29/14/0, the 4-slot backend left idle, and behind
-//     one 46/33/15/5 with 11.3 requests at the 4-slot backend on average,
-//     queueing. With four backends the 0.84 quantile of four RIFs is the
-//     third, so at most one backend is hot at a time; the paper's setting
-//     has many more. Its package doc lists where it departs from the
-//     paper (the pool's management, the latency estimate).
-//
-// In short: behind a fleet, lrt, which learns from its own answers the
-// latency every proxy's load causes, did as well as the reports or better
-// for a change (antagonist) and came within 25% of them for capacities that
-// differ (hetero). Reports are worth their cost for capacities that differ
-// and stay put, through wrr-reported, most behind one or few proxies, and
-// only while they are fresh; leastconn-reports and prequal did not pay
-// here.
-//
-// # Fleets, measured
-//
-// go run ./bench/cmd/lbsim -scenarios zones,fleet (seed 1), figures from
-// its tables, the two variants side by side; in zone and max load are
-// before/during the outage, load is against the mean.
-//
-// zones, zone-blind (active+passive+retry) and with locality:
-//
-//	                   zone-blind                         with locality
-//	algorithm      p99 ms  err  in zone %  max load %  p99 ms  err  in zone %  max load %
-//	rr               34.2    4  37.4/33.5   60.1/82.1    33.3    2  97.3/80.3   61.7/88.0
-//	wrr              34.2    4  37.4/33.5   60.1/82.1    33.3    2  97.3/80.3   61.7/88.0
-//	leastconn        35.7    6  38.0/34.2   62.6/89.5    33.0    5  97.3/80.3   60.9/86.7
-//	leastconn-p2c    35.7    6  38.0/34.2   62.6/89.5    33.8    6  97.3/80.3   63.0/92.0
-//	iphash           36.7    1  34.4/31.8  91.6/137.9    36.3    6  97.3/80.2  98.8/181.2
-//	ring             39.0    1  39.0/36.1 101.2/194.0    36.4    6  97.3/80.3 104.6/165.5
-//	ring-bounded     34.7    2  39.5/36.2  77.2/103.5    33.5    8  97.3/80.3   69.4/99.6
-//	maglev           36.5    2  37.2/33.8  92.9/123.6    37.5    4  97.3/80.3 103.9/181.6
-//	lrt              35.7    1  40.2/35.5   65.2/90.9    34.0    2  97.3/80.4   64.6/95.3
-//	lrt-naive       383.5    0  38.8/34.3 281.1/391.3   278.2    0  96.3/77.2 337.0/373.9
-//
-// Issue 20's goals, for leastconn in locality against zone-blind
-// leastconn: 97.3% of requests stay in their zone while every zone has
-// capacity (at least 90%; Envoy's arithmetic gives 96.7%: zone a keeps
-// 14/30 ÷ 50% = 93.3% of its own); once zone a has 7 of 14, 80.3% (the
-// arithmetic, 7/23 ÷ 50%, gives 80.4%), the busiest backend at 86.7% of
-// its capacity, and a p99 of 33.0 ms against 35.7. Met, and by the
-// other algorithms that keep load even: rr, wrr, leastconn-p2c, lrt, and
-// ring-bounded only just (99.6% of capacity); the hash pickers overload
-// backends with locality or without, their keys falling unevenly over 30
-// backends and fewer per zone. Zone-blind routing sends 60 to 66% of the
-// requests across zones whatever the algorithm; lrt, which sees the 2 ms, keeps 40.2% in zone against
-// round robin's 37.4%. Locality fails a few more requests with some
-// algorithms (41 over all ten against 27 zone-blind): a retry stays in
-// its zone while the zone has backends, and right after the loss half of
-// zone a's are dead and not yet ejected. TestZones holds the goals and
-// the arithmetic, and each zone's load during the outage within 15% of
-// the others' (at half length: zone a 80.1%, b 86.0%, c 77.5%, the users'
-// hashes putting a few more of zone a's in zone b).
-//
-// fleet, all-to-all (none) and subsets of 20:
-//
-//	                        all-to-all                      subsets of 20
-//	algorithm      conns  max  least load  most load  conns  max  least load  most load
-//	rr             100.0  100       -0.3%      +0.2%    6.7    7      -10.2%      +5.2%
-//	wrr            100.0  100       -0.3%      +0.2%    6.7    7      -10.2%      +5.2%
-//	leastconn      100.0  100       -6.8%      +6.7%    6.7    7      -14.3%     +10.4%
-//	leastconn-p2c  100.0  100       -6.8%      +6.7%    6.7    7      -14.3%     +10.4%
-//	iphash           3.3    9     -100.0%    +170.0%    2.6    7     -100.0%    +200.0%
-//	ring             3.3    9     -100.0%    +169.9%    2.7    6     -100.0%    +170.0%
-//	ring-bounded     3.4    9     -100.0%    +170.1%    3.9    7      -99.8%    +150.3%
-//	maglev           3.3    9     -100.0%    +169.7%    2.7    6     -100.0%    +170.0%
-//	lrt            100.0  100       -6.1%      +5.7%    6.7    7      -28.0%     +20.7%
-//	lrt-naive      100.0  100       -5.7%      +5.6%    6.7    7      -37.1%     +42.6%
-//
-// Issue 20's goals: subsets of 20 hold connections per backend at 6.7,
-// at most 7, 7% of all-to-all's 100, and, with round robin inside, every
-// backend's load from −10.2% to +5.2% of the mean (the subsets give each
-// backend 6 or 7 proxies: −10% and +5%). Met with round robin, and with
-// least connections (−14.3%, +10.4%: its two random choices over 20 add
-// the noise of their draws, which shrinks with the requests; over half
-// the minute, in TestFleet, −16.7%). Not with lrt (−28%, +21%): each
-// proxy's lrt sees a few requests in flight over 20 backends and
-// concentrates them on those its latency estimates favour. Hash pickers
-// pin each user to a backend, so a proxy with 10 users talks to at most
-// 10 backends with or without subsets, and 1,000 keys fall on 300
-// backends as unevenly as any hash does: some get none. The p99 is 32.1
-// ms in every run but lrt-naive's (32.3, 32.4): the backends are about 8%
-// busy.
-//
-// # Slow backends, measured
-//
-// go run ./bench/cmd/lbsim -scenarios stall,storm,tail, seed 1, one
-// proxy. Figures for rr/leastconn/lrt, and in brackets the range over all
-// ten algorithms where it says more; "retries" is active+passive+retry,
-// "defaults" active+passive+retry+timeout+budget (see Scenarios):
-//
-//	stall           errors          RPS during           max wait s        p99.9 ms
-//	retries         100/25/87       119.8/245.2/183.4    60.00 [all]       500.0 [all]
-//	defaults        0 [all]         230.3/277.5/315.1    5.50 [5.15-5.50]  5300.0/500.0/5150.0
-//	timeout+hedge   0 [all]         230.1/275.9/299.2    2.11/1.51/2.24    1776.4/1171.1/1894.8
-//	defaults+hedge  0/0/52 [0-100]  230.1/275.9/306.4    2.11/1.51/5.50    1776.4/1171.1/1105.3
-//
-//	storm           errors [all]   att/req during [all]  att/req over the run [all]
-//	none            29538-29703    0.998-1.000           1.000-1.001
-//	retries         28966-29125    2.993-3.000           1.460-1.807
-//	defaults        29479-29644    1.207-1.210           1.049-1.087
-//
-//	tail            p99 ms               p99.9 ms                att/req              max wait s
-//	retries         1000.0 [all]         10000.0/6000.0/3000.0   1.002/1.001/1.001    10.00 [all]
-//	defaults        1000.0 [all]         5500.0/5050.0/3000.0    1.007/1.003/1.001    10.05/5.50/6.00
-//	defaults+hedge  553.3/553.3/500.0    1003.3/1000.0/803.3     1.012/1.012/1.028    5.55/5.65/3.00
-//
-// Stall. Without timeouts, every user the stalled backend catches waits
-// until it gives up, a minute later: all 100 under rr and lrt-naive, 25
-// under leastconn, which stops sending there once its count has climbed.
-// The active checks take the backend out within 15 s (Fall 3), so none
-// is caught twice; during the stall rr serves 119.8 requests/s, against
-// 285.3 before. Under lbhttp's defaults no request fails: each attempt
-// caught times out after 5 s and its retry is answered elsewhere (rr: 97
-// retries), five timeouts eject the backend, each user loses 5 s about
-// once, and rr serves 230.3 requests/s during the stall (the p99.9 rises
-// to 5.3 s for it: the requests the stall holds now end in a success
-// after a timeout and a retry, where without timeouts they ended in an
-// error a minute later, which has no latency). The budget
-// changes nothing there (timeouts alone give the same runs, figure for
-// figure). Hedging shortens the longest wait to 1.5 to 2.8 s, at 1.006 to
-// 1.092 attempts a request. With the budget too, though, it failed requests for
-// three algorithms (wrr 76, lrt 52, lrt-naive 100), and without the budget
-// none: the attempts the stall holds lose their races to the hedges and
-// report abandoned, as lbhttp reports a race lost, so they count towards
-// no passive ejection and teach lrt nothing; the backend stays in
-// rotation until the checks take it out, the pickers that herd send it
-// most requests meanwhile, each needs a hedge, the hedges spend the
-// budget, and the retries of the attempts that then time out find it
-// spent.
-//
-// Storm. Every request in the storm fails whatever the proxy does; what
-// differs is the load on the backends. Retries triple it, every request
-// making its three attempts; lbhttp's budget holds it to 1.21 attempts a
-// request, its 20% plus the 10 a second (TestStorm holds each run to
-// what the budget promises), which is the bare picker's load and a
-// fifth. No request fails once the storm is over. Behind 10 proxies
-// (-proxies 10) the budgets let 1.30 through: each proxy's 10 a second
-// adds up. The verdict judges the defaults, the variant the storm is
-// about (see Scenarios).
-//
-// Tail. The p99 sits at the edge of a 1% tail and does not move until
-// hedging: it is a 50 ms backend's tail (1 s) or the 500 ms backend's
-// median. The p99.9 shows the tail: the timeouts cut the tails beyond 5 s
-// (the 300 and 500 ms backends' 6 and 10 s) to a timeout and a retry,
-// and hedging at the 95th percentile cuts the p99.9 3.7 to 5.5 times
-// (TestTail: at least three times for every algorithm) for 0.5 to 2.7%
-// more attempts. It costs lrt throughput (517.7 → 428.8 requests/s;
-// shares 84/12/2/2 → 57/26/13/5): the attempts its hedges beat, those
-// sent to the slow backends, whose usual answers come after the 95th
-// percentile, report abandoned, so lrt never learns those backends are
-// slow and, as its estimates decay, sends them more. With four equal
-// backends, as lbhttp's TestHedgeTail has them (-backends
-// 200ms,200ms,200ms,200ms -users 50), the p99 is the tail itself, and
-// hedging cut it from 4000.0 to 401.3 ms, ten times, for 1.1% more
-// attempts.
-//
-// Live (lbsim -live -scenarios stall,storm,tail -algos rr,leastconn,lrt,
-// scale 0.1, 9 minutes at load average 7 to 10; the rig warned that it
-// served 2,989 of the 6,667 requests/s the peak load asks), the same
-// mechanics: in the stall 100/25/81 errors without timeouts, each user
-// waiting 60.03 to 60.26 s, and none with the defaults, the longest wait
-// 5.53 to 5.64 s, 1.92 to 2.85 s with hedging and no budget; in the storm
-// 2.98 to 2.99 attempts a request without the budget, 1.22 to 1.23 with
-// it; in the tail the p99.9 from 5514/5187/3203 ms under the defaults to
-// 1101/1337/1730 with hedging, for 2.4 to 4.5% more attempts, and lrt's
-// throughput 22% lower with hedging (340.6 → 264.1 requests/s). Where
-// they differ the rig is why: it could not serve the storm's 10,000
-// requests/s of real time (a millisecond's answer is 0.1 ms at that
-// scale), so its users sent fewer and failed 7,712 to 21,748 requests,
-// against the simulation's 28,966 to 29,660; and, the rig's own time
-// added to every answer, lrt herded less and its
-// hedges spent less of the budget: no request failed live in the stall
-// with hedging and the budget, where the simulation failed 52 of lrt's.
+//     probes, sends a probe per request (probes/req). With four backends
+//     the 0.84 quantile of four RIFs is the third, so at most one backend
+//     is hot at a time; the paper's setting has many more. Its package doc
+//     lists where it departs from the paper (the pool's management, the
+//     latency estimate).
+//   - lrt learns from its own answers the latency that every proxy's load
+//     causes, with no reports at all.
 //
 // # Cost
 //
@@ -717,43 +570,17 @@
 // requests than -max-requests (2 billion; Scenario.Requests estimates
 // them), with the estimate and what to narrow.
 //
-// Measured on the 2-core machine this was written on, shared with other
-// work (load average 7 to 18), with /usr/bin/time -v:
-//
-//   - go run ./bench/cmd/lbsim (120 runs of 13,000 to 120,000 requests):
-//     1.1 s at load average 18, 2.5 s at 15; 18 MB peak RSS; with -html
-//     (a 4.6 MB page) 1.1 s.
-//   - lbsim -users 100000 -scenarios steady -algos rr (51 million
-//     requests): 5.8 to 6.5 s of CPU; 5.3 s of wall-clock time at load
-//     average 7, 16.4 s at 12, 23.4 s at 15 to 17 (the process got 27% of
-//     a core); 32 MB peak RSS.
-//   - lbsim -users 1000000 -scenarios steady -algos rr (514 million
-//     requests): 68 s of CPU, 2 min 59 s at load average 12; 187 MB peak
-//     RSS.
-//   - lbsim -users 1000000 (every scenario): refused, "120 runs would
-//     simulate up to 1.3e+11 requests ... about 1h48m to 5h24m of work".
-//   - go run ./bench/cmd/lbsim -scenarios zones,fleet (40 runs, 25 million
-//     requests): 9.9 s of CPU, 23.8 s of wall-clock time at load
-//     average 18; 380 MB peak RSS, most of it the hash pickers of fleet's
-//     100 proxies, each over 300 backends (-scenarios fleet -algos ring:
-//     146 MB).
-//
-// BenchmarkSimulate, per request: rr 84 ns, leastconn 93 ns, lrt 139 ns
-// with 100 users, rr 94 ns with 100,000 (benchstat of 6 runs against the
-// heap alone and a slice of every latency: 152, 196, 238 and 347 ns). The
-// event loop allocates nothing per event: a run allocates about 200
-// times, at set-up (TestRunAllocations). A picker that weighs reports
-// has its backends measure themselves (a few float operations per
-// answer, and a report in each Done); one that probes adds two events a
-// probe and prequal's allocation per answer (about 1 µs a request for
-// prequal in BenchmarkSimulate, at load average 12, against 0.2 µs for
-// rr in the same run). The load scenarios with both fleet sizes (104
-// runs) take 2.9 s of CPU, three times the default run's 1.0 s. The slow
-// scenarios (100 runs) take 2.1 s of CPU against the default run's 0.9 s
-// in the same minute (3.8 to 4.4 s of wall-clock time at load average
-// 7, 27 to 30 MB peak RSS): the storm's users send ten requests a second
+// The event loop allocates nothing per event: a run allocates a bounded
+// number of times, at set-up (TestRunAllocations, for the study's runs
+// and for a stall run with every variant feature on). BenchmarkSimulate
+// measures the time per simulated request for rr, leastconn and lrt with
+// 100 users and for rr with 100,000, and for prequal, whose probes add two
+// events a probe and an allocation per answer. A picker that weighs
+// reports has its backends measure themselves (a few float operations per
+// answer, and a report in each Done). The fleet scenarios cost the most:
+// fleet's 100 proxies each hold a picker over 300 backends, most of the
+// memory with the hash pickers. The slow scenarios' storm costs more than
+// the others per minute simulated: its users send ten requests a second
 // each while every backend fails them in a millisecond, and timeouts and
-// give-ups add an event per attempt and per request. They allocate
-// nothing per event either (TestRunAllocations: 310 to 341 allocations
-// for a stall run with every variant feature on).
+// give-ups add an event per attempt and per request.
 package sim

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/bench"
-	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/catalog"
+	"github.com/lbkit/lbkit/lbhttp"
 )
 
 // RefuseTime is how long a connection to a dead backend takes to be
@@ -29,12 +29,18 @@ type endpoint struct {
 	weight int
 	index  int32
 	loc    balancer.Locality
+	labels map[string]string // TrackLabel: its Track; nil without one
 }
 
 var (
 	_ balancer.Backend  = (*endpoint)(nil)
 	_ balancer.Weighter = (*endpoint)(nil)
+	_ balancer.Labeler  = (*endpoint)(nil)
 )
+
+// Labels returns the backend's labels: TrackLabel, its scenario backend's
+// Track, when it has one.
+func (e *endpoint) Labels() map[string]string { return e.labels }
 
 func (e *endpoint) ID() string  { return e.id }
 func (e *endpoint) Weight() int { return e.weight }
@@ -106,6 +112,7 @@ type try struct {
 // user is one closed-loop virtual user.
 type user struct {
 	key      string // its client address: the affinity key
+	route    string // its current request's Request.Route (Canary), kept by its retries and hedges
 	start    int64  // when its current request's first attempt was sent
 	deadline int64  // when the request times out (Timeout); 0 for never
 	try             // its current attempt
@@ -166,12 +173,12 @@ type engine struct {
 // Simulate plays one scenario under one variant with one algorithm, its
 // users split over the given number of proxies, and returns what it
 // measured. Runs with the same arguments return the same Result.
-func Simulate(sc Scenario, v Variant, a bench.Algorithm, proxies int, seed uint64) (Result, error) {
+func Simulate(sc Scenario, v Variant, a catalog.Algorithm, proxies int, seed uint64) (Result, error) {
 	return simulate(context.Background(), sc, v, a, proxies, seed)
 }
 
 // simulate is Simulate, stopped with ctx's error when ctx ends.
-func simulate(ctx context.Context, sc Scenario, v Variant, a bench.Algorithm, proxies int, seed uint64) (Result, error) {
+func simulate(ctx context.Context, sc Scenario, v Variant, a catalog.Algorithm, proxies int, seed uint64) (Result, error) {
 	if err := sc.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -198,7 +205,7 @@ func simulate(ctx context.Context, sc Scenario, v Variant, a bench.Algorithm, pr
 // channel: about a millisecond's worth.
 const checkEvery = 1024
 
-func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uint64) (*engine, error) {
+func newEngine(sc *Scenario, v Variant, a catalog.Algorithm, proxies int, seed uint64) (*engine, error) {
 	length := int64(sc.Length())
 	peak := sc.PeakUsers()
 	e := &engine{
@@ -270,6 +277,9 @@ func newEngine(sc *Scenario, v Variant, a bench.Algorithm, proxies int, seed uin
 			w = spec.Weight
 		}
 		e.eps[i] = &endpoint{id: id, weight: w, index: int32(i), loc: balancer.Locality{Zone: spec.Zone}}
+		if spec.Track != "" {
+			e.eps[i].labels = map[string]string{TrackLabel: spec.Track}
+		}
 		bs[i] = e.eps[i]
 		for _, o := range spec.Down {
 			e.q.push(int64(o.At), evKill, int32(i), 0)
@@ -494,8 +504,12 @@ func (e *engine) send(u int32) {
 	us.start = e.now
 	us.attempt = 0
 	us.pending = true
+	us.route = ""
+	if e.variant&Canary != 0 && e.rng.Float64() < e.sc.canaryShare() {
+		us.route = CanaryTrack
+	}
 	e.request(u)
-	e.attempt(u, balancer.Request{Key: us.key})
+	e.attempt(u, balancer.Request{Key: us.key, Route: us.route})
 }
 
 // attempt picks a backend for user u's request and sends it there.
@@ -528,7 +542,7 @@ func (e *engine) sendTo(u int32, t *try, ep *endpoint) {
 		t.state = refusing
 		e.q.pushLane(e.refuseLane, e.now+int64(RefuseTime)+e.crossDelay(u, t), evRefused, u, t.token)
 		return
-	case s.unavailable && !s.stalled:
+	case (s.unavailable || s.spec.FailShare > 0 && e.rng.Float64() < s.spec.FailShare) && !s.stalled:
 		t.state = answering
 		e.q.pushLane(e.slow.answerLane, e.now+int64(UnavailableTime)+e.crossDelay(u, t), evUnavailable, u, t.token)
 		return
@@ -708,7 +722,7 @@ func (e *engine) retryOrFail(u int32) {
 	if e.again(us) {
 		us.attempt++
 		e.retries++
-		e.attempt(u, balancer.Request{Key: us.key, Attempt: int(us.attempt), Avoid: e.eps[failed].id})
+		e.attempt(u, balancer.Request{Key: us.key, Route: us.route, Attempt: int(us.attempt), Avoid: e.eps[failed].id})
 		return
 	}
 	e.fail(u)
@@ -748,7 +762,8 @@ func (e *engine) rest(u int32) {
 
 // probe is one round of active checks by proxy p: a live backend passes,
 // a dead one fails with a refused connection, a stalled one with a
-// timeout and one answering 503 with that.
+// timeout and one answering 503 with that, as does one failing a share
+// of its requests for that share of its checks.
 func (e *engine) probe(p int32) {
 	h := e.proxies[p].health
 	for i := range e.servers {
@@ -759,7 +774,7 @@ func (e *engine) probe(p int32) {
 			err = s.refused
 		case s.stalled:
 			err = s.hung
-		case s.unavailable:
+		case s.unavailable || s.spec.FailShare > 0 && e.rng.Float64() < s.spec.FailShare:
 			err = s.unavail
 		}
 		h.Observe(e.eps[i].id, err)

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/sim"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 // A tiny scenario of one's own: two backends, one three times slower and
@@ -27,9 +27,9 @@ func Example() {
 		Stages:   []sim.Stage{{Duration: 10 * time.Second, Target: 6}},
 		Think:    20 * time.Millisecond,
 	}
-	rr, _ := bench.Lookup("rr")
-	lc, _ := bench.Lookup("leastconn")
-	algos := []bench.Algorithm{rr, lc}
+	rr, _ := catalog.Lookup("rr")
+	lc, _ := catalog.Lookup("leastconn")
+	algos := []catalog.Algorithm{rr, lc}
 	rep, err := sim.Run([]sim.Scenario{sc}, algos, sim.Options{Seed: 1})
 	if err != nil {
 		panic(err)
@@ -50,15 +50,16 @@ func Example() {
 	//   trade-off: leastconn serves 17% more than rr but its p99 is 1.2× rr's (50.0 ms against 40.0 ms)
 	//
 	// summary, 1 proxy, over 1 scenario (tiny):
-	//   use rr: at worst (tiny) 85% of the most throughput
-	//   runner-up leastconn: at worst (tiny) a p99 1.2× the lowest; the most throughput in every scenario
+	//   use leastconn: at worst (tiny) a p99 1.2× the lowest; the most throughput in every scenario
+	//   runner-up rr: at worst (tiny) 85% of the most throughput
+	//   rule: in each scenario an algorithm scores the least of its RPS ÷ the most, √(lowest p99 ÷ its p99), (1 − its error share) ÷ (1 − the fewest), and, where backends have a capacity and one takes more than halfway from its share of it to all, (1 − that backend's share) ÷ (1 − that bound) (herding); the pick is the algorithm whose worst scenario scores best
 }
 
 // Simulate plays one run and returns its figures, here the failure
 // scenario's kill under the bare picker and under the full handling.
 func ExampleSimulate() {
 	sc, _ := sim.Default("failure")
-	lc, _ := bench.Lookup("leastconn")
+	lc, _ := catalog.Lookup("leastconn")
 	for _, v := range []sim.Variant{sim.None, sim.Active | sim.Passive | sim.Retry} {
 		r, err := sim.Simulate(sc, v, lc, 1, 1)
 		if err != nil {
@@ -91,9 +92,9 @@ slow,120
 		fmt.Printf("%s: %d samples, median %v\n", b.Name, len(b.Samples), b.Latency)
 	}
 	sc := sim.Scenario{Name: "measured", Backends: bs, Users: 20, Stages: []sim.Stage{{Duration: time.Minute, Target: 20}}, Think: 50 * time.Millisecond}
-	rr, _ := bench.Lookup("rr")
-	lc, _ := bench.Lookup("leastconn")
-	rep, err := sim.Run([]sim.Scenario{sc}, []bench.Algorithm{rr, lc}, sim.Options{Seed: 1})
+	rr, _ := catalog.Lookup("rr")
+	lc, _ := catalog.Lookup("leastconn")
+	rep, err := sim.Run([]sim.Scenario{sc}, []catalog.Algorithm{rr, lc}, sim.Options{Seed: 1})
 	if err != nil {
 		panic(err)
 	}
@@ -115,9 +116,9 @@ func ExampleLoadScenarios() {
 		fmt.Printf("%s: %d users, backends %s\n", sc.Name, sc.Users, sc.DescribeBackends())
 	}
 	hetero := sim.LoadScenarios()[3]
-	lrt, _ := bench.Lookup("lrt")
-	reported := bench.LoadAware()[0] // wrr-reported
-	rep, err := sim.Run([]sim.Scenario{hetero}, []bench.Algorithm{lrt, reported}, sim.Options{Seed: 1, Proxies: []int{10}})
+	lrt, _ := catalog.Lookup("lrt")
+	reported := catalog.LoadAware()[0] // wrr-reported
+	rep, err := sim.Run([]sim.Scenario{hetero}, []catalog.Algorithm{lrt, reported}, sim.Options{Seed: 1, Proxies: []int{10}})
 	if err != nil {
 		panic(err)
 	}
@@ -140,9 +141,9 @@ func ExampleFleetScenarios() {
 	for _, sc := range sim.FleetScenarios() {
 		scs = append(scs, sc.Scale(0.1))
 	}
-	rr, _ := bench.Lookup("rr")
-	lc, _ := bench.Lookup("leastconn")
-	rep, err := sim.Run(scs, []bench.Algorithm{rr, lc}, sim.Options{Seed: 1})
+	rr, _ := catalog.Lookup("rr")
+	lc, _ := catalog.Lookup("leastconn")
+	rep, err := sim.Run(scs, []catalog.Algorithm{rr, lc}, sim.Options{Seed: 1})
 	if err != nil {
 		panic(err)
 	}
@@ -164,8 +165,8 @@ func ExampleSlowScenarios() {
 		fmt.Printf("%s: %v; backends %s\n", sc.Name, sc.Variants, sc.DescribeBackends())
 	}
 	storm := sim.SlowScenarios(nil)[1]
-	leastconn, _ := bench.Lookup("leastconn")
-	rep, err := sim.Run([]sim.Scenario{storm}, []bench.Algorithm{leastconn}, sim.Options{Seed: 1})
+	leastconn, _ := catalog.Lookup("leastconn")
+	rep, err := sim.Run([]sim.Scenario{storm}, []catalog.Algorithm{leastconn}, sim.Options{Seed: 1})
 	if err != nil {
 		panic(err)
 	}
@@ -176,6 +177,8 @@ func ExampleSlowScenarios() {
 	// stall: [active+passive+retry active+passive+retry+timeout+budget active+passive+retry+timeout+hedge active+passive+retry+timeout+budget+hedge]; backends 50ms:w=6:stall=1m0s,150ms:w=3,300ms:w=2,500ms:w=1
 	// storm: [none active+passive+retry active+passive+retry+timeout+budget]; backends 50ms:w=6:503=1m0s-1m30s,150ms:w=3:503=1m0s-1m30s,300ms:w=2:503=1m0s-1m30s,500ms:w=1:503=1m0s-1m30s
 	// tail: [active+passive+retry active+passive+retry+timeout+budget active+passive+retry+timeout+budget+hedge]; backends 50ms:w=6:tail=1%x20,150ms:w=3:tail=1%x20,300ms:w=2:tail=1%x20,500ms:w=1:tail=1%x20
+	// flaky: [none active+passive active+passive+failrate active+passive+retry active+passive+retry+timeout+budget active+passive+retry+timeout+budget+failrate]; backends 50ms:w=6:fail=30%,150ms:w=3,300ms:w=2,500ms:w=1
+	// canary: [none route route+canary]; backends 4x50ms:c=16:track=stable,150ms:c=16:name=canary:track=canary
 	// active+passive+retry+timeout+budget
 	// load amplification during the outage, by variant (the algorithms' range): none 0.998, active+passive+retry 2.995, active+passive+retry+timeout+budget 1.208
 }

@@ -79,14 +79,16 @@ type (
 		Weight    int          `json:"weight"`
 		Capacity  int          `json:"capacity"`
 		Down      []jsonOutage `json:"down"`
-		// Neighbours, Zone, Stalls, Unavailable and the tail are left out
-		// for a backend without them.
+		// Neighbours, Zone, Stalls, Unavailable, the tail, the fail share
+		// and the track are left out for a backend without them.
 		Neighbours  []jsonNeighbour `json:"neighbours,omitempty"`
 		Zone        string          `json:"zone,omitempty"`
 		Stalls      []jsonOutage    `json:"stalls,omitempty"`
 		Unavailable []jsonOutage    `json:"unavailable,omitempty"`
 		TailShare   float64         `json:"tail_share,omitempty"`
 		TailFactor  float64         `json:"tail_factor,omitempty"`
+		FailShare   float64         `json:"fail_share,omitempty"`
+		Track       string          `json:"track,omitempty"`
 	}
 	jsonNeighbour struct {
 		AtS    float64 `json:"at_s"`
@@ -231,6 +233,7 @@ func jsonScenarioOf(sr *ScenarioReport) jsonScenario {
 			jb.Unavailable = append(jb.Unavailable, jsonOutage{AtS: o.At.Seconds(), UntilS: o.Until.Seconds()})
 		}
 		jb.TailShare, jb.TailFactor = b.TailShare, b.TailFactor
+		jb.FailShare, jb.Track = b.FailShare, b.Track
 		js.Backends = append(js.Backends, jb)
 	}
 	metrics := sr.Metrics()

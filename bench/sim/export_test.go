@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/sim"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 // exported is a report of two scenarios, one with an outage and two
@@ -22,7 +22,7 @@ func exported(t *testing.T) *sim.Report {
 	failure := scenario(t, "failure").Scale(0.05)
 	failure.Variants = []sim.Variant{sim.None, sim.Active | sim.Passive | sim.Retry}
 	rep, err := sim.Run([]sim.Scenario{scenario(t, "steady-cap").Scale(0.05), failure},
-		[]bench.Algorithm{algo(t, "rr"), algo(t, "lrt")}, sim.Options{Seed: 3, Proxies: []int{1, 2}})
+		[]catalog.Algorithm{algo(t, "rr"), algo(t, "lrt")}, sim.Options{Seed: 3, Proxies: []int{1, 2}})
 	require.NoError(t, err)
 	return rep
 }

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/catalog"
 	"github.com/lbkit/lbkit/locality"
+	"github.com/lbkit/lbkit/route"
 	"github.com/lbkit/lbkit/subset"
 )
 
@@ -225,33 +226,47 @@ func (s *Scenario) callers(proxies int) map[string]int {
 }
 
 // picker returns proxy p's picker: the algorithm's, inside package
-// locality with Locality (callers being Scenario.callers), its pickers
-// drawing from rand and reading now.
-func (e *engine) picker(p int, a bench.Algorithm, callers map[string]int, rand func() uint64, now func() time.Time) (balancer.Balancer, error) {
-	if e.variant&Locality == 0 {
+// locality with Locality (callers being Scenario.callers) or package route
+// with Route, its pickers drawing from rand and reading now.
+func (e *engine) picker(p int, a catalog.Algorithm, callers map[string]int, rand func() uint64, now func() time.Time) (balancer.Balancer, error) {
+	if e.variant&(Locality|Route) == 0 {
 		return a.Sim(rand, now), nil
 	}
 	// The simulator turns the loops of the pickers it holds (probes,
-	// weights); one per zone inside locality it cannot reach, and its
-	// figures would be those of a picker whose loop never runs.
+	// weights); one per zone inside locality, or per track inside route,
+	// it cannot reach, and its figures would be those of a picker whose
+	// loop never runs.
 	looped := false
-	l, err := locality.New(func() balancer.Balancer {
+	factory := func() balancer.Balancer {
 		b := a.Sim(rand, now)
 		looped = looped || loops(b)
 		return b
-	}, locality.Config{
-		Zone:    e.sc.proxyZone(p),
-		Callers: callers,
-		Rand:    rand,
-	})
+	}
+	var (
+		b    balancer.Balancer
+		err  error
+		what = "locality"
+	)
+	if e.variant&Route != 0 {
+		what = "route"
+		b, err = route.New(factory, route.Config{Label: TrackLabel, Default: StableTrack, Rand: rand})
+	} else {
+		b, err = locality.New(factory, locality.Config{
+			Zone:    e.sc.proxyZone(p),
+			Callers: callers,
+			Rand:    rand,
+		})
+	}
 	if err != nil {
-		return nil, fmt.Errorf("sim: %s: locality: %w", a.Name, err)
+		return nil, fmt.Errorf("sim: %s: %s: %w", a.Name, what, err)
 	}
 	if looped {
-		_ = l.Close()
+		if c, ok := b.(io.Closer); ok {
+			_ = c.Close()
+		}
 		return nil, errLoops(e.sc, a)
 	}
-	return l, nil
+	return b, nil
 }
 
 // loops reports whether b runs a loop the simulator turns: probes
@@ -263,16 +278,17 @@ func loops(b balancer.Balancer) bool {
 }
 
 // errLoops is the error for algorithm a, whose pickers run a loop, under
-// the Locality variant of scenario sc.
-func errLoops(sc *Scenario, a bench.Algorithm) error {
-	return fmt.Errorf("%w: %s: %s runs a loop of its own (probes, weights), which the simulator cannot turn inside locality; leave it out (-algos) or run it without locality",
+// the Locality or Route variant of scenario sc.
+func errLoops(sc *Scenario, a catalog.Algorithm) error {
+	return fmt.Errorf("%w: %s: %s runs a loop of its own (probes, weights), which the simulator cannot turn inside locality or route; leave it out (-algos) or run it without them",
 		ErrScenario, sc.Name, a.Name)
 }
 
 // checkLoops refuses, before any run starts, a scenario with the
-// Locality variant played with an algorithm whose pickers run a loop.
-func checkLoops(sc *Scenario, algos []bench.Algorithm) error {
-	if !slices.ContainsFunc(sc.RunVariants(), func(v Variant) bool { return v&Locality != 0 }) {
+// Locality or Route variant played with an algorithm whose pickers run a
+// loop.
+func checkLoops(sc *Scenario, algos []catalog.Algorithm) error {
+	if !slices.ContainsFunc(sc.RunVariants(), func(v Variant) bool { return v&(Locality|Route) != 0 }) {
 		return nil
 	}
 	for _, a := range algos {
@@ -293,7 +309,7 @@ func checkLoops(sc *Scenario, algos []bench.Algorithm) error {
 
 // subset returns bal inside package subset, proxy p being Index p of
 // Count proxies, with Subset; bal otherwise.
-func (e *engine) subset(p int, a bench.Algorithm, bal balancer.Balancer) (balancer.Balancer, error) {
+func (e *engine) subset(p int, a catalog.Algorithm, bal balancer.Balancer) (balancer.Balancer, error) {
 	if e.variant&Subset == 0 {
 		return bal, nil
 	}

@@ -226,23 +226,29 @@ func (s *Scenario) DescribeBackends() string {
 		if b.TailShare != 0 {
 			fmt.Fprintf(&p, ":tail=%s%%x%g", percent(b.TailShare), b.TailFactor)
 		}
+		if b.FailShare != 0 {
+			fmt.Fprintf(&p, ":fail=%s%%", percent(b.FailShare))
+		}
 		if b.Name != "" {
 			fmt.Fprintf(&p, ":name=%s", b.Name)
 		}
 		if b.Zone != "" {
 			fmt.Fprintf(&p, ":zone=%s", b.Zone)
 		}
+		if b.Track != "" {
+			fmt.Fprintf(&p, ":track=%s", b.Track)
+		}
 		parts[i] = p.String()
 	}
 	return joinRuns(parts, "x", ",")
 }
 
-// percent prints share as a percentage in the fewest digits that
-// ParseBackends reads back as share: 1 for 0.01, 7 for 0.07 (where
-// 100·0.07 prints 7.000000000000001).
+// percent prints share as a percentage, without an exponent, in the
+// fewest decimals that ParseBackends reads back as share: 1 for 0.01, 7
+// for 0.07 (where 100·0.07 prints 7.000000000000001), 30 for 0.3.
 func percent(share float64) string {
-	for digits := 1; digits < 17; digits++ {
-		s := strconv.FormatFloat(100*share, 'g', digits, 64)
+	for decimals := 0; decimals < 17; decimals++ {
+		s := strconv.FormatFloat(100*share, 'f', decimals, 64)
 		if v, err := strconv.ParseFloat(s, 64); err == nil && v/100 == share {
 			return s
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 // exactQuantile is the nearest-rank p-quantile of sorted xs.
@@ -119,7 +119,7 @@ func TestSimulatedPercentiles(t *testing.T) {
 	sc := Scenario{Name: "mixed", Backends: bs, Users: 60, Stages: []Stage{{40 * time.Second, 60}}, Think: 100 * time.Millisecond}
 	for _, name := range []string{"rr", "leastconn", "lrt"} {
 		t.Run(name, func(t *testing.T) {
-			a, _ := bench.Lookup(name)
+			a, _ := catalog.Lookup(name)
 			e, err := newEngine(&sc, Active|Passive|Retry, a, 1, 1)
 			require.NoError(t, err)
 			e.exact = []time.Duration{}

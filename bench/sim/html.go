@@ -103,11 +103,13 @@ func writeSummaryHTML(w *bufio.Writer, s *Summary) {
 	if len(lines) > 2 {
 		w.WriteString("<ul class=\"verdict\">")
 		for _, l := range lines[2:] {
-			fmt.Fprintf(w, "<li>%s</li>", esc(strings.TrimSpace(l)))
+			if l = strings.TrimSpace(l); !strings.HasPrefix(l, "rule: ") { // the note below says it
+				fmt.Fprintf(w, "<li>%s</li>", esc(l))
+			}
 		}
 		w.WriteString("</ul>\n")
 	}
-	w.WriteString("<p class=\"note\">The pick is the algorithm whose worst scenario is best: in each, its throughput, its p99 and the share of requests it serves, each relative to the best there; figures within 1% tie.</p>\n")
+	fmt.Fprintf(w, "<p class=\"note\">%s; figures within 1%% tie.</p>\n", esc(strings.TrimPrefix(RuleText, "rule: ")))
 }
 
 // writeGlance writes one row per scenario report: who leads by each

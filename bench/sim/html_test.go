@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/sim"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 // The HTML report says first what the tables say (the pick, then every
@@ -22,7 +22,7 @@ func TestHTML(t *testing.T) {
 	failure := scenario(t, "failure").Scale(0.1)
 	failure.Variants = []sim.Variant{sim.None, sim.Active | sim.Passive | sim.Retry}
 	rep, err := sim.Run([]sim.Scenario{scenario(t, "steady").Scale(0.1), failure},
-		[]bench.Algorithm{algo(t, "rr"), algo(t, "leastconn"), algo(t, "lrt")}, sim.Options{Seed: 1})
+		[]catalog.Algorithm{algo(t, "rr"), algo(t, "leastconn"), algo(t, "lrt")}, sim.Options{Seed: 1})
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteHTML(&buf))
@@ -78,7 +78,7 @@ func TestHTML(t *testing.T) {
 // load scenario's verdict line reaches the page.
 func TestHTMLNeighbour(t *testing.T) {
 	sc := sim.LoadScenarios()[1].Scale(0.1) // antagonist-95
-	rep, err := sim.Run([]sim.Scenario{sc}, []bench.Algorithm{algo(t, "lrt"), algo(t, "prequal")}, sim.Options{Seed: 1})
+	rep, err := sim.Run([]sim.Scenario{sc}, []catalog.Algorithm{algo(t, "lrt"), algo(t, "prequal")}, sim.Options{Seed: 1})
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteHTML(&buf))
@@ -96,7 +96,7 @@ func TestHTMLManyBackends(t *testing.T) {
 	for _, s := range sim.FleetScenarios() {
 		scs = append(scs, s.Scale(0.05))
 	}
-	rep, err := sim.Run(scs, []bench.Algorithm{algo(t, "rr")}, sim.Options{Seed: 1})
+	rep, err := sim.Run(scs, []catalog.Algorithm{algo(t, "rr")}, sim.Options{Seed: 1})
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteHTML(&buf))

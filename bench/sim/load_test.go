@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/lbhttp"
 )
 
 // The simulated backends measure what lbhttp's Reporter measures, over the

@@ -23,6 +23,8 @@ import (
 //	50ms:stall=1m                      accepts and never answers from 1m
 //	50ms:503=1m-1m30s                  answers 503 from 1m to 1m30s
 //	50ms:tail=1%x20                    1% of its requests take 20 times as long
+//	50ms:fail=30%                      30% of its requests answered 503 at once
+//	150ms:track=canary                 the canary, for package route (Route)
 //	50ms:name=fast                     "fast" in tables
 //	10ms:zone=a                        in zone a
 //	3x50ms:c=8,150ms                   three backends alike, then a fourth
@@ -32,8 +34,9 @@ import (
 // (Backend.Down, repeatable), nb=TAKES@AT or TAKES@AT-UNTIL
 // (Backend.Neighbours, repeatable), stall=AT or AT-UNTIL (Backend.Stalls,
 // repeatable), 503=AT or AT-UNTIL (Backend.Unavailable, repeatable),
-// tail=SHARE%xFACTOR (Backend.TailShare and TailFactor), name= label
-// (Backend.Name), zone= zone (Backend.Zone). A leading Nx repeats the
+// tail=SHARE%xFACTOR (Backend.TailShare and TailFactor), fail=SHARE%
+// (Backend.FailShare), name= label (Backend.Name), zone= zone
+// (Backend.Zone), track= track (Backend.Track). A leading Nx repeats the
 // backend N times, up to MaxBackends in all. Durations use Go's syntax
 // (time.ParseDuration). Errors wrap ErrScenario; values are checked
 // further by Scenario.Validate.
@@ -93,6 +96,17 @@ func parseBackend(item string) (Backend, error) {
 			b.Name = val
 		case "zone":
 			b.Zone = val
+		case "track":
+			b.Track = val
+		case "fail":
+			share, found := strings.CutSuffix(val, "%")
+			if !found {
+				err = errors.New("want SHARE%, as 30%")
+				break
+			}
+			if b.FailShare, err = strconv.ParseFloat(share, 64); err == nil {
+				b.FailShare /= 100
+			}
 		case "down", "stall", "503":
 			var o Outage
 			at, until, ranged := strings.Cut(val, "-")
@@ -134,7 +148,7 @@ func parseBackend(item string) (Backend, error) {
 		case "samples":
 			return b, errors.New("samples: measured latencies come from a file (lbsim -backends-file), not -backends")
 		default:
-			return b, fmt.Errorf("unknown option %q (want w, c, j, s, down, nb, stall, 503, tail, name or zone)", key)
+			return b, fmt.Errorf("unknown option %q (want w, c, j, s, down, nb, stall, 503, tail, fail, name, zone or track)", key)
 		}
 		if err != nil {
 			return b, fmt.Errorf("option %s: %v", key, err)

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/sim"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 // recorder is a picker for one backend that records what the simulator
@@ -64,8 +64,8 @@ func (r refreshing) Refresh() { r.refresh = append(r.refresh, r.since()) }
 
 // recording returns an algorithm whose one picker (run with one proxy)
 // is rec, wrapped by wrap.
-func recording(rec *recorder, wrap func(*recorder) balancer.Balancer) bench.Algorithm {
-	return bench.Algorithm{Name: "recorder", Reports: true, Sim: func(_ func() uint64, now func() time.Time) balancer.Balancer {
+func recording(rec *recorder, wrap func(*recorder) balancer.Balancer) catalog.Algorithm {
+	return catalog.Algorithm{Name: "recorder", Reports: true, Sim: func(_ func() uint64, now func() time.Time) balancer.Balancer {
 		rec.now = now
 		return wrap(rec)
 	}}
@@ -133,7 +133,7 @@ func TestReportsInDone(t *testing.T) {
 			}
 		})
 	}
-	// Only pickers that weigh reports get them (bench.Algorithm.Reports):
+	// Only pickers that weigh reports get them (catalog.Algorithm.Reports):
 	// for the others the backends measure nothing.
 	rec := &recorder{}
 	quiet := recording(rec, plain)
@@ -224,7 +224,7 @@ func TestProbes(t *testing.T) {
 
 // A picker that recomputes its weights from reports (wrr's Reported) is
 // refreshed every second (wrr's default period), and never by a loop of
-// its own: the Sim constructors of bench.LoadAware start none.
+// its own: the Sim constructors of catalog.LoadAware start none.
 func TestRefresh(t *testing.T) {
 	sc := sim.Scenario{Name: "refresh", Backends: []sim.Backend{{Latency: 10 * time.Millisecond}}, Users: 1, Stages: []sim.Stage{{10 * time.Second, 1}}}
 	rec := &recorder{}

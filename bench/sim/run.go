@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 // Options tunes Run. The zero value runs with seed 0, one proxy, one
@@ -37,7 +37,7 @@ const simulation = "simulation"
 // variants, with every algorithm, and returns the Report. It validates all
 // scenarios before it starts; errors wrap ErrScenario for bad input. It is
 // RunContext with a context that never ends.
-func Run(scenarios []Scenario, algos []bench.Algorithm, opt Options) (*Report, error) {
+func Run(scenarios []Scenario, algos []catalog.Algorithm, opt Options) (*Report, error) {
 	return RunContext(context.Background(), scenarios, algos, opt)
 }
 
@@ -45,7 +45,7 @@ func Run(scenarios []Scenario, algos []bench.Algorithm, opt Options) (*Report, e
 // runs under way stop within a few thousand events (milliseconds), and,
 // once every worker has ended, it returns ctx's error and no Report
 // (lbsim's Ctrl-C). A ctx that ends after the last run changes nothing.
-func RunContext(ctx context.Context, scenarios []Scenario, algos []bench.Algorithm, opt Options) (*Report, error) {
+func RunContext(ctx context.Context, scenarios []Scenario, algos []catalog.Algorithm, opt Options) (*Report, error) {
 	proxies := opt.Proxies
 	if len(proxies) == 0 {
 		proxies = []int{1}
@@ -71,7 +71,7 @@ func RunContext(ctx context.Context, scenarios []Scenario, algos []bench.Algorit
 		report, result int
 		sc             Scenario
 		v              Variant
-		a              bench.Algorithm
+		a              catalog.Algorithm
 		proxies        int
 		seed           uint64
 	}

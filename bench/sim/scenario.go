@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 // ErrScenario is wrapped by every error about a malformed scenario,
@@ -138,6 +138,10 @@ type Scenario struct {
 	// cancels the attempts under way, which their Dones report abandoned.
 	// Zero: users wait for ever. At most MaxLength.
 	ClientTimeout time.Duration
+	// CanaryShare is the share of user requests tagged for the canary
+	// under the Canary variant (Request.Route = CanaryTrack, as a header
+	// set for a cohort would): zero means DefaultCanaryShare, 5%. Below 1.
+	CanaryShare float64
 }
 
 // Versus names two groups of algorithms the verdict compares by their
@@ -226,6 +230,17 @@ type Backend struct {
 	// TailFactor is how many times longer a tail's service time is: 1
 	// to 1000, and set when TailShare is.
 	TailFactor float64
+	// FailShare, when positive, is the share of the requests the backend
+	// answers, drawn at random, with 503 Service Unavailable after
+	// UnavailableTime, without taking a slot (its health checks too): a
+	// bad deploy, a broken dependency on some of its requests. From 0 to
+	// 1. It is a 503, the status lbhttp's DefaultRetryOn retries; a
+	// backend failing with 500s would see no retry from lbhttp.
+	FailShare float64
+	// Track is the backend's value of the label TrackLabel ("stable",
+	// "canary"; "" for none), which package route groups the backends by
+	// under the Route variant.
+	Track string
 }
 
 // Neighbour is a span during which a neighbour takes Takes of a backend's
@@ -266,8 +281,8 @@ type Stage struct {
 // follow lbhttp's Transport, whose Budget and Percentile the simulator
 // runs in virtual time) and the fleet's decorators (packages locality and
 // subset). They stack as the decorators' docs say: subset ▶ health ▶
-// locality ▶ the algorithm, one per zone. Eight bits are taken; sixteen
-// leave room.
+// locality ▶ the algorithm, one per zone; health ▶ route ▶ the algorithm,
+// one per track. Ten bits are taken; sixteen leave room.
 type Variant uint16
 
 const (
@@ -318,13 +333,32 @@ const (
 	// it abandoned. Hedges count as attempts (MaxAttempts) and spend the
 	// budget. It needs Retry.
 	Hedge
+	// Route wraps the picker in package route, by the label TrackLabel:
+	// one picker of the algorithm per track of the backends
+	// (Backend.Track), requests without a Route held to StableTrack's
+	// set (Config.Default), falling back to any backend when it has none
+	// (Fallback Any). Health, with Active or Passive, goes around it. On
+	// its own it is a canary deployed and sent nothing.
+	Route
+	// Canary tags a share of the user requests for the canary
+	// (Scenario.CanaryShare; Request.Route = CanaryTrack), drawn at
+	// random per request and kept by its retries and hedges, as a header
+	// set by an edge for a cohort would be: the canary turned on. It
+	// needs Route.
+	Canary
+	// FailureRate turns on health's failure-percentage ejection
+	// (health.Config.FailureRate, Envoy's failure_percentage) with its
+	// defaults but for the threshold, FailRateThreshold, so that the flaky
+	// scenario's backend, failing 30%, is judged an outlier. It needs
+	// Passive.
+	FailureRate
 	// None is the bare picker.
 	None Variant = 0
 )
 
 // features are the known Variant bits, in String's order: contiguous from
 // Active, so that a loop shifting a bit from Active ends past the last.
-const features = Active | Passive | Retry | Locality | Subset | Timeout | Budget | Hedge
+const features = Active | Passive | Retry | Locality | Subset | Timeout | Budget | Hedge | Route | Canary | FailureRate
 
 // MaxAttempts is the number of attempts a request gets with Retry.
 const MaxAttempts = 3
@@ -369,13 +403,19 @@ func (v Variant) feature() string {
 		return "budget"
 	case Hedge:
 		return "hedge"
+	case Route:
+		return "route"
+	case Canary:
+		return "canary"
+	case FailureRate:
+		return "failrate"
 	}
 	return ""
 }
 
 // ParseVariant parses what String returns: "none", or features among
-// "active", "passive", "retry", "locality", "subset", "timeout", "budget"
-// and "hedge" joined by '+'.
+// "active", "passive", "retry", "locality", "subset", "timeout", "budget",
+// "hedge", "route", "canary" and "failrate" joined by '+'.
 func ParseVariant(s string) (Variant, error) {
 	if s == "none" {
 		return None, nil
@@ -389,7 +429,7 @@ next:
 				continue next
 			}
 		}
-		return 0, fmt.Errorf("%w: variant %q: want none, or active, passive, retry, locality, subset, timeout, budget and hedge joined by '+'", ErrScenario, s)
+		return 0, fmt.Errorf("%w: variant %q: want none, or active, passive, retry, locality, subset, timeout, budget, hedge, route and canary joined by '+'", ErrScenario, s)
 	}
 	return v, nil
 }
@@ -498,10 +538,10 @@ const (
 // The users are as many as would keep that share of the slots busy if
 // no request queued: share × slots × (think + latency) / latency, 160 for
 // antagonist-95, 171 for hetero-95. Each scenario's Versus sets the
-// pickers of bench.LoadAware against leastconn and lrt.
+// pickers of catalog.LoadAware against leastconn and lrt.
 func LoadScenarios() []Scenario {
 	var reporting []string
-	for _, a := range bench.LoadAware() {
+	for _, a := range catalog.LoadAware() {
 		reporting = append(reporting, a.Name)
 	}
 	mk := func(name string, capacities []int, neighbour int, share float64) Scenario {
@@ -725,10 +765,19 @@ func (s *Scenario) Validate() error {
 			return bad("unknown variant %v", v)
 		case v&(Budget|Hedge) != 0 && v&Retry == 0:
 			return bad("variant %v: budget and hedge need retry (with one attempt a request has nothing to budget or hedge)", v)
+		case v&Canary != 0 && v&Route == 0:
+			return bad("variant %v: canary needs route (the requests it tags go to the canary's set through package route)", v)
+		case v&Route != 0 && v&Locality != 0:
+			return bad("variant %v: route and locality are not simulated together", v)
+		case v&FailureRate != 0 && v&Passive == 0:
+			return bad("variant %v: failrate needs passive (failure rates are passive checks' results)", v)
 		}
 	}
 	if s.ReportDelay < 0 || s.ReportDelay > MaxReportDelay {
 		return bad("report delay %v outside [0, %v]", s.ReportDelay, MaxReportDelay)
+	}
+	if !(s.CanaryShare >= 0 && s.CanaryShare < 1) {
+		return bad("canary share %v outside [0, 1)", s.CanaryShare)
 	}
 	if s.ProbeRTT < 0 || s.ProbeRTT > MaxLength {
 		return bad("probe round trip %v outside [0, %v]", s.ProbeRTT, MaxLength)
@@ -771,6 +820,8 @@ func (b *Backend) validate(length time.Duration) error {
 		return fmt.Errorf("tail factor %v outside [1, %d]", b.TailFactor, MaxTailFactor)
 	case b.TailShare == 0 && b.TailFactor != 0:
 		return fmt.Errorf("tail factor %v without a tail share", b.TailFactor)
+	case !(b.FailShare >= 0 && b.FailShare <= 1):
+		return fmt.Errorf("fail share %v outside [0, 1]", b.FailShare)
 	}
 	for _, d := range b.Samples {
 		if d < 0 || d > MaxLength {

@@ -17,15 +17,39 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/sim"
+	"github.com/lbkit/lbkit/catalog"
 )
 
-// algo returns the configuration named name from bench.Algorithms.
-func algo(t testing.TB, name string) bench.Algorithm {
+// scenarioAlgorithms returns the algorithms a test that runs scenarios
+// over every algorithm runs: all of them without the race detector, and
+// under it one of each family (raceAlgorithms), which keeps the package's
+// tests under -race to about a third of their time. .ci/test runs this
+// package without -race too, so every algorithm is still held to every
+// such test on every CI run.
+func scenarioAlgorithms(t testing.TB) []catalog.Algorithm {
 	t.Helper()
-	a, ok := bench.Lookup(name)
-	for _, l := range bench.LoadAware() {
+	if !raceEnabled {
+		return catalog.Algorithms()
+	}
+	var as []catalog.Algorithm
+	for _, name := range raceAlgorithms {
+		as = append(as, algo(t, name))
+	}
+	return as
+}
+
+// raceAlgorithms are the families under -race: one that keeps no state
+// (rr), one that counts in flight (leastconn), and one that reads the
+// clock and learns latencies (lrt): each drives a different part of the
+// simulator and of lbhttp's decorators.
+var raceAlgorithms = []string{"rr", "leastconn", "lrt"}
+
+// algo returns the configuration named name from catalog.Algorithms.
+func algo(t testing.TB, name string) catalog.Algorithm {
+	t.Helper()
+	a, ok := catalog.Lookup(name)
+	for _, l := range catalog.LoadAware() {
 		if l.Name == name {
 			a, ok = l, true
 		}
@@ -58,7 +82,7 @@ func TestLittlesLaw(t *testing.T) {
 	sc := scenario(t, "steady")
 	n := float64(sc.Users)
 	z := sc.Think.Seconds()
-	for _, a := range bench.Algorithms() {
+	for _, a := range scenarioAlgorithms(t) {
 		t.Run(a.Name, func(t *testing.T) {
 			sc := sc
 			if a.Name != "rr" {
@@ -255,12 +279,19 @@ func TestDistributions(t *testing.T) {
 }
 
 func TestDeterministic(t *testing.T) {
-	scs := []sim.Scenario{scenario(t, "burst").Scale(0.05), scenario(t, "failure-cap").Scale(0.05), sim.SlowScenarios(nil)[0].Scale(0.2)}
+	// Any length shows whether the workers change the tables; under -race,
+	// where this is the test that runs the simulator on several
+	// goroutines, a shorter one keeps it to seconds.
+	f := 1.0
+	if raceEnabled {
+		f = 0.4
+	}
+	scs := []sim.Scenario{scenario(t, "burst").Scale(0.05 * f), scenario(t, "failure-cap").Scale(0.05 * f), sim.SlowScenarios(nil)[0].Scale(0.2 * f)}
 	scs[0].Backends[1].Sigma = 0.5                                         // draws from the seeded source too
 	scs[2].Backends[1].TailShare, scs[2].Backends[1].TailFactor = 0.05, 20 // and the hedges have work
 	// The algorithms that draw random numbers or read the clock, and one
 	// that does neither.
-	algos := []bench.Algorithm{algo(t, "rr"), algo(t, "leastconn"), algo(t, "lrt"), algo(t, "ring-bounded")}
+	algos := []catalog.Algorithm{algo(t, "rr"), algo(t, "leastconn"), algo(t, "lrt"), algo(t, "ring-bounded")}
 	run := func(seed uint64, workers int) (string, string) {
 		rep, err := sim.Run(scs, algos, sim.Options{Seed: seed, Proxies: []int{1, 3}, Workers: workers})
 		require.NoError(t, err)
@@ -284,7 +315,7 @@ func TestEveryAlgorithmEveryScenario(t *testing.T) {
 	for _, s := range sim.Defaults(nil) {
 		scs = append(scs, s.Scale(0.05))
 	}
-	algos := bench.Algorithms()
+	algos := catalog.Algorithms()
 	rep, err := sim.Run(scs, algos, sim.Options{Seed: 1})
 	require.NoError(t, err)
 	require.Len(t, rep.Scenarios, 6)
@@ -308,7 +339,7 @@ func TestEveryAlgorithmEveryScenario(t *testing.T) {
 // fails.
 func TestFailure(t *testing.T) {
 	sc := scenario(t, "failure").Scale(0.5) // the kill at 30 s
-	for _, a := range bench.Algorithms() {
+	for _, a := range scenarioAlgorithms(t) {
 		t.Run(a.Name, func(t *testing.T) {
 			bare, err := sim.Simulate(sc, sim.None, a, 1, 1)
 			require.NoError(t, err)
@@ -499,8 +530,8 @@ func TestRunGoroutines(t *testing.T) {
 	before := runtime.NumGoroutine()
 	sc := scenario(t, "failure").Scale(0.02)
 	var calls []int
-	runs := 4 * len(bench.Algorithms())
-	rep, err := sim.Run([]sim.Scenario{sc}, bench.Algorithms(), sim.Options{Workers: 3, Progress: func(done, total int, run string) {
+	runs := 4 * len(catalog.Algorithms())
+	rep, err := sim.Run([]sim.Scenario{sc}, catalog.Algorithms(), sim.Options{Workers: 3, Progress: func(done, total int, run string) {
 		assert.Equal(t, runs, total)
 		assert.Contains(t, run, "failure/")
 		calls = append(calls, done)
@@ -517,7 +548,7 @@ func TestRunGoroutines(t *testing.T) {
 
 	bad := sc
 	bad.Backends = nil
-	_, err = sim.Run([]sim.Scenario{sc, bad}, bench.Algorithms(), sim.Options{})
+	_, err = sim.Run([]sim.Scenario{sc, bad}, catalog.Algorithms(), sim.Options{})
 	require.ErrorIs(t, err, sim.ErrScenario)
 	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "a refused Run starts nothing")
 }
@@ -539,7 +570,7 @@ func TestValidate(t *testing.T) {
 		{"negative think", func(s *sim.Scenario) { s.Think = -1 }},
 		{"negative interval", func(s *sim.Scenario) { s.CheckInterval = -1 }},
 		{"tiny interval", func(s *sim.Scenario) { s.CheckInterval = time.Microsecond }},
-		{"bad variant", func(s *sim.Scenario) { s.Variants = []sim.Variant{1 << 10} }},
+		{"bad variant", func(s *sim.Scenario) { s.Variants = []sim.Variant{1 << 12} }},
 		{"budget without retry", func(s *sim.Scenario) { s.Variants = []sim.Variant{sim.Active | sim.Timeout | sim.Budget} }},
 		{"hedge without retry", func(s *sim.Scenario) { s.Variants = []sim.Variant{sim.Hedge} }},
 		{"negative client timeout", func(s *sim.Scenario) { s.ClientTimeout = -1 }},
@@ -598,7 +629,7 @@ func TestValidate(t *testing.T) {
 			require.ErrorIs(t, err, sim.ErrScenario)
 			_, err = sim.Simulate(s, sim.None, algo(t, "rr"), 1, 1)
 			require.ErrorIs(t, err, sim.ErrScenario)
-			_, err = sim.Run([]sim.Scenario{s}, bench.Algorithms(), sim.Options{})
+			_, err = sim.Run([]sim.Scenario{s}, catalog.Algorithms(), sim.Options{})
 			require.ErrorIs(t, err, sim.ErrScenario)
 		})
 	}
@@ -685,7 +716,7 @@ func TestVariant(t *testing.T) {
 	}
 	assert.Equal(t, "active+passive+retry", (sim.Retry | sim.Active | sim.Passive).String())
 	assert.Equal(t, "retry+timeout+budget+hedge", (sim.Hedge | sim.Budget | sim.Timeout | sim.Retry).String())
-	assert.Equal(t, "active+0x400", (sim.Active | 1<<10).String())
+	assert.Equal(t, "active+0x1000", (sim.Active | 1<<12).String())
 	assert.True(t, sim.Passive.Health())
 	assert.False(t, sim.Retry.Health())
 	for _, bad := range []string{"", "all", "active+", "active+none"} {
@@ -742,7 +773,7 @@ func TestComparison(t *testing.T) {
 	// A variant whose name makes the table wider than 120 columns: it is
 	// printed whole, not split as a table with per-backend columns.
 	sc.Variants = []sim.Variant{sim.None, sim.Active | sim.Passive | sim.Retry | sim.Timeout | sim.Budget | sim.Hedge}
-	algos := []bench.Algorithm{algo(t, "rr"), algo(t, "leastconn")}
+	algos := []catalog.Algorithm{algo(t, "rr"), algo(t, "leastconn")}
 	simRep, err := sim.Run([]sim.Scenario{sc}, algos, sim.Options{Seed: 1})
 	require.NoError(t, err)
 	other, err := sim.Run([]sim.Scenario{sc}, algos[1:], sim.Options{Seed: 2})
@@ -966,7 +997,7 @@ func FuzzSimulate(f *testing.F) {
 func TestRunContext(t *testing.T) {
 	before := runtime.NumGoroutine()
 	short := scenario(t, "steady").Scale(0.05)
-	algos := []bench.Algorithm{algo(t, "rr"), algo(t, "leastconn"), algo(t, "lrt")}
+	algos := []catalog.Algorithm{algo(t, "rr"), algo(t, "leastconn"), algo(t, "lrt")}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	calls := 0

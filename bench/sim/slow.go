@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/lbhttp"
 )
 
 // Parameters of the slow scenarios (SlowScenarios) and of the variants
@@ -29,6 +29,28 @@ const (
 	// backend's service times 20 times as long.
 	TailShare  = 0.01
 	TailFactor = 20
+	// FlakyShare is the flaky scenario's Backend.FailShare: 30% of the
+	// first backend's requests answered 503 fast, one in three or so,
+	// which ejection after consecutive failures rarely catches.
+	FlakyShare = 0.30
+	// FailRateThreshold is the failure percentage at which the FailureRate
+	// variant ejects: 20, below the flaky backend's 30. Envoy's default,
+	// 85 (health.DefaultFailureRateThreshold), is meant for backends that
+	// fail nearly everything, and would leave it in.
+	FailRateThreshold = 20
+	// DefaultCanaryShare is the share of requests the Canary variant
+	// tags for the canary when Scenario.CanaryShare is zero: 5%, a
+	// first step of a progressive rollout.
+	DefaultCanaryShare = 0.05
+	// CanarySlowdown is how many times the canary scenario's canary
+	// takes over the backend it is a new version of.
+	CanarySlowdown = 3
+	// TrackLabel is the label package route groups the backends by
+	// under the Route variant (Backend.Track); StableTrack and
+	// CanaryTrack are its values in the canary scenario.
+	TrackLabel  = "track"
+	StableTrack = "stable"
+	CanaryTrack = "canary"
 )
 
 // SlowScenarios returns the scenarios of backends that fail slowly or
@@ -47,6 +69,20 @@ const (
 //   - tail: each backend without a tail of its own takes TailFactor (20)
 //     times its service time for TailShare (1%) of its requests; under
 //     those two, and with hedging.
+//   - flaky: the first backend answers FlakyShare (30%) of its requests,
+//     and of its health checks, with a 503 in UnavailableTime (unless
+//     some backend of bs already fails a share: fail=); under the bare
+//     picker, active+passive (health without retries: passive ejection
+//     counts consecutive failures, which one failure in three seldom
+//     makes) and those two. Its Contrast sets lbhttp's defaults against
+//     active+passive.
+//   - canary: the backends of bs (nil: CanaryBackends, four alike)
+//     tracked StableTrack, and a canary (CanaryTrack), a copy of the
+//     first CanarySlowdown (3) times slower (unless some backend of bs
+//     already has a Track); under the bare picker (the canary joins the
+//     pool, no routing), Route (deployed, sent nothing: the canary off)
+//     and Route+Canary (DefaultCanaryShare, 5%, of requests sent to it:
+//     on). Its Contrast sets the canary on against off.
 //
 // Their tables add the attempts per user request (the load amplification;
 // during the outage too), the longest wait and the 99.9th percentile
@@ -58,6 +94,7 @@ const (
 // requests fail three times as slowly and so leave their users fewer to
 // send.
 func SlowScenarios(bs []Backend) []Scenario {
+	canaried := canaryBackends(bs)
 	if bs == nil {
 		bs = StudyBackends()
 	}
@@ -92,7 +129,69 @@ func SlowScenarios(bs []Backend) []Scenario {
 				}
 			}
 		}),
+		// flaky sets failure-percentage ejection (FailureRate) beside
+		// passive ejection's five failures in a row.
+		mk("flaky", []Variant{None, Active | Passive, Active | Passive | FailureRate, ready, defaults, defaults | FailureRate}, defaults, Active|Passive, func(bs []Backend) {
+			if !slices.ContainsFunc(bs, func(b Backend) bool { return b.FailShare > 0 }) && len(bs) > 0 {
+				bs[0].FailShare = FlakyShare
+			}
+		}),
+		func() Scenario {
+			s := mk("canary", []Variant{None, Route, Route | Canary}, Route|Canary, Route, func([]Backend) {})
+			s.Backends = canaried
+			return s
+		}(),
 	}
+}
+
+// CanaryBackends returns the canary scenario's stable backends when
+// SlowScenarios is given none: four serving in LoadLatency (50 ms),
+// DefaultCapacity (16) at once, alike, so that what the canary costs is
+// not mixed with what the study's unequal backends cost.
+func CanaryBackends() []Backend {
+	bs := make([]Backend, 4)
+	for i := range bs {
+		bs[i] = Backend{Latency: LoadLatency, Capacity: DefaultCapacity}
+	}
+	return bs
+}
+
+// canaryBackends returns the canary scenario's backends over bs (nil:
+// CanaryBackends): a copy of bs as given if one of them has a Track;
+// otherwise bs tracked StableTrack and, last, a copy of the first named
+// "canary", tracked CanaryTrack, CanarySlowdown times slower, without its
+// outages.
+func canaryBackends(bs []Backend) []Backend {
+	if bs == nil {
+		bs = CanaryBackends()
+	}
+	out := cloneBackends(bs)
+	if len(out) == 0 || slices.ContainsFunc(out, func(b Backend) bool { return b.Track != "" }) {
+		return out
+	}
+	for i := range out {
+		out[i].Track = StableTrack
+	}
+	c := out[0]
+	c.Name, c.Addr, c.Track = CanaryTrack, "", CanaryTrack
+	c.Latency *= CanarySlowdown
+	c.Jitter *= CanarySlowdown
+	c.Down, c.Stalls, c.Unavailable, c.Neighbours = nil, nil, nil, nil
+	if len(c.Samples) > 0 {
+		c.Samples = make([]time.Duration, len(out[0].Samples))
+		for i, d := range out[0].Samples {
+			c.Samples[i] = d * CanarySlowdown
+		}
+	}
+	return append(out, c)
+}
+
+// canaryShare returns CanaryShare, or DefaultCanaryShare when it is zero.
+func (s *Scenario) canaryShare() float64 {
+	if s.CanaryShare == 0 {
+		return DefaultCanaryShare
+	}
+	return s.CanaryShare
 }
 
 // Names of the slow scenarios' own figures (SlowMetrics).
@@ -224,7 +323,7 @@ func (e *engine) initSlow(epoch time.Time) error {
 		if len(spec.Stalls) > 0 {
 			s.hung = fmt.Errorf("sim: health check of %s: %w", id, errProbeTimeout)
 		}
-		if len(spec.Unavailable) > 0 {
+		if len(spec.Unavailable) > 0 || spec.FailShare > 0 {
 			s.unavail = &lbhttp.StatusError{Code: 503}
 			if e.slow.answerLane < 0 {
 				e.slow.answerLane = e.q.addLane()
@@ -421,7 +520,7 @@ func (e *engine) hedge(u int32, token uint32) {
 		return
 	}
 	px := &e.proxies[us.proxy]
-	b, err := px.bal.Pick(balancer.Request{Key: us.key, Attempt: int(us.attempt) + 1, Avoid: e.eps[us.backend].id})
+	b, err := px.bal.Pick(balancer.Request{Key: us.key, Route: us.route, Attempt: int(us.attempt) + 1, Avoid: e.eps[us.backend].id})
 	if err != nil {
 		return
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 // oneBackend returns an engine of three users in front of one backend
@@ -18,7 +18,7 @@ func oneBackend(t *testing.T, capacity int, v Variant, stalls ...Outage) *engine
 	sc := &Scenario{Name: "one", Backends: []Backend{{Latency: time.Second, Capacity: capacity, Stalls: stalls}},
 		Users: 3, Stages: []Stage{{time.Minute, 3}}, Think: time.Hour}
 	require.NoError(t, sc.Validate())
-	a, ok := bench.Lookup("rr")
+	a, ok := catalog.Lookup("rr")
 	require.True(t, ok)
 	e, err := newEngine(sc, v, a, 1, 1)
 	require.NoError(t, err)

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/sim"
-	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/catalog"
+	"github.com/lbkit/lbkit/lbhttp"
 )
 
 // slow returns the slow scenario named name.
@@ -64,13 +64,14 @@ const ready = sim.Active | sim.Passive | sim.Retry
 // once more, elsewhere, and five timeouts eject the backend, so that it
 // holds each user at most about once. The budget changes nothing here:
 // retries are few. Hedges without the budget shorten the waits and fail
-// nothing either. (With the budget they may: see "Slow backends,
-// measured" in the package doc.)
+// nothing either. (With the budget they may: see docs/results.md, "Slow
+// backends", and lbhttp's doc, "Timeouts, the budget and hedging in the
+// simulator".)
 func TestStall(t *testing.T) {
 	sc := slow(t, "stall")
 	at := sc.Backends[0].Stalls[0].At
 	slowest := sc.Backends[len(sc.Backends)-1].Latency
-	for _, a := range bench.Algorithms() {
+	for _, a := range scenarioAlgorithms(t) {
 		t.Run(a.Name, func(t *testing.T) {
 			hang, err := sim.Simulate(sc, ready, a, 1, 1)
 			require.NoError(t, err)
@@ -123,7 +124,7 @@ func TestStall(t *testing.T) {
 func TestStorm(t *testing.T) {
 	sc := slow(t, "storm")
 	storm := sc.Backends[0].Unavailable[0]
-	for _, a := range bench.Algorithms() {
+	for _, a := range scenarioAlgorithms(t) {
 		t.Run(a.Name, func(t *testing.T) {
 			var during [3]float64
 			for i, v := range []sim.Variant{sim.None, ready, ready | sim.Timeout | sim.Budget} {
@@ -170,7 +171,7 @@ func stormBound(ended, before, length float64) float64 {
 // 10% more attempts.
 func TestTail(t *testing.T) {
 	sc := slow(t, "tail")
-	for _, a := range bench.Algorithms() {
+	for _, a := range scenarioAlgorithms(t) {
 		t.Run(a.Name, func(t *testing.T) {
 			bare, err := sim.Simulate(sc, ready, a, 1, 1)
 			require.NoError(t, err)
@@ -224,8 +225,8 @@ func (c *counting) Done(b balancer.Backend, r balancer.Result) {
 }
 
 // countingAlgo returns a's picker wrapped in c (one proxy).
-func countingAlgo(a bench.Algorithm, c *counting) bench.Algorithm {
-	return bench.Algorithm{Name: a.Name, Sim: func(r func() uint64, now func() time.Time) balancer.Balancer {
+func countingAlgo(a catalog.Algorithm, c *counting) catalog.Algorithm {
+	return catalog.Algorithm{Name: a.Name, Sim: func(r func() uint64, now func() time.Time) balancer.Balancer {
 		c.Balancer = a.Sim(r, now)
 		return c
 	}}

@@ -158,7 +158,7 @@ func (sr *ScenarioReport) Verdict() Verdict {
 	for _, m := range sr.ranked() {
 		vd.Leads = append(vd.Leads, lead(m, rs))
 	}
-	vd.TradeOff = tradeOff(vd.Leads, rs)
+	vd.TradeOff = tradeOff(vd.Leads, rs, HerdBounds(&sr.Scenario))
 	if vs := sr.Scenario.Versus; vs != nil {
 		vd.Versus = versus(vs, rs)
 	}
@@ -302,7 +302,7 @@ func find(rs []*Result, name string) *Result {
 // tradeOff says what the leader by the first ranked metric (throughput)
 // gives up to the leader by another, or, when it leads by every one,
 // what it gains over the next.
-func tradeOff(leads []Lead, rs []*Result) string {
+func tradeOff(leads []Lead, rs []*Result, bounds []float64) string {
 	if len(leads) == 0 || len(rs) < 2 || len(leads[0].Algorithms) == 0 {
 		return ""
 	}
@@ -350,14 +350,8 @@ func tradeOff(leads []Lead, rs []*Result) string {
 			}
 		}
 	}
-	if n := len(t.Backends); n >= 3 {
-		busiest := 0.0
-		for _, b := range t.Backends {
-			busiest = max(busiest, b.Share)
-		}
-		if busiest > 2/float64(n) {
-			line += fmt.Sprintf("; it sends %.0f%% of attempts to one backend", 100*busiest)
-		}
+	if h := herding(t, bounds); h.Value < 1 {
+		line += fmt.Sprintf("; it sends %.0f%% of attempts to one backend (herding: above %.0f%%)", h.Own, h.Best)
 	}
 	return line
 }

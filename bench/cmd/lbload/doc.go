@@ -8,7 +8,7 @@
 //
 //	lbload backends -listen 127.0.0.1:9101,127.0.0.1:9102    # HTTP backends that answer "ok" at once
 //	lbload proxy -listen 127.0.0.1:9202 -backends 127.0.0.1:9101,127.0.0.1:9102 -tuned
-//	lbload run -url http://127.0.0.1:8080/ -n 200000 -c 64 -pid proxy=12345
+//	lbload run -url http://127.0.0.1:8000/ -n 200000 -c 64 -pid proxy=12345
 //
 // The backends speak HTTP/1.1, and HTTP/2 without TLS (h2c) to a client
 // that starts with it. proxy is a bare httputil.ReverseProxy sending to
@@ -28,8 +28,9 @@
 // given with -pid (name=PID, repeatable), of all its threads and of every
 // process descended from it (nginx's workers under its master), as
 // getrusage counts them, sampled when the measured requests start and
-// when they end. It is exact to the kernel's tick (10 ms): over the
-// seconds of CPU a run of 100,000 requests takes, well under 1%.
+// when they end. It is exact to the kernel's tick (USER_HZ, 10 ms on
+// Linux), small against the seconds of CPU a run of 100,000 requests
+// takes.
 //
 // With -tsv FILE, run also appends one tab-separated line per process to
 // FILE (label, name, requests, concurrency, seconds, rps, p50, p99, cpu

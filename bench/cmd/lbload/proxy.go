@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/lbhttp"
 )
 
 // serveProxy serves a bare httputil.ReverseProxy that sends each request

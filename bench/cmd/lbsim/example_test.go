@@ -26,11 +26,12 @@ func Example() {
 	//   most throughput: lrt, 579.3 RPS (next leastconn, 425.9 RPS)
 	//   lowest p99: all 3, 500.0 ms
 	//   fewest errors: all 3, 0
-	//   trade-off: lrt serves 36% more than leastconn with the same p99; it sends 85% of attempts to one backend
+	//   trade-off: lrt serves 36% more than leastconn with the same p99
 	//
 	// summary, 1 proxy, over 1 scenario (steady):
 	//   use lrt: the best by every ranked figure in every scenario
 	//   runner-up leastconn: at worst (steady) 74% of the most throughput
+	//   rule: in each scenario an algorithm scores the least of its RPS ÷ the most, √(lowest p99 ÷ its p99), (1 − its error share) ÷ (1 − the fewest), and, where backends have a capacity and one takes more than halfway from its share of it to all, (1 − that backend's share) ÷ (1 − that bound) (herding); the pick is the algorithm whose worst scenario scores best
 }
 
 // A bad flag gets a clear message on stderr and exit status 2.

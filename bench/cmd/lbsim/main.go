@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -16,9 +18,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/lbkit/lbkit/bench"
 	"github.com/lbkit/lbkit/bench/live"
 	"github.com/lbkit/lbkit/bench/sim"
+	"github.com/lbkit/lbkit/catalog"
 )
 
 func main() {
@@ -33,7 +35,7 @@ func main() {
 // config is the parsed command line.
 type config struct {
 	scenarios []sim.Scenario
-	algos     []bench.Algorithm
+	algos     []catalog.Algorithm
 	opt       sim.Options
 	markdown  bool
 	html      string
@@ -46,8 +48,9 @@ type config struct {
 }
 
 // defaultMaxRequests is -max-requests' default: about 2 billion simulated
-// requests, a few minutes at the 0.1 to 0.3 µs a request each core takes
-// (BenchmarkSimulate), with memory bounded whatever the number.
+// requests, minutes of work at the cost per request BenchmarkSimulate
+// measures (checkWork's estimate takes 0.1 to 0.3 µs a request per core),
+// with memory bounded whatever the number.
 const defaultMaxRequests = 2e9
 
 // run is the command: it returns the exit status, 2 for bad flags or a
@@ -244,9 +247,9 @@ func playLive(ctx context.Context, cfg *config, rep *sim.Report, line *progress,
 }
 
 // liveGCPercent is the GOGC of a live run, unless the environment sets
-// one: on a busy 2-core machine it brought round robin's live/simulated
-// mean latency at scale 0.1 from 1.18-1.20 down to 1.06-1.11, for a peak
-// RSS of 57 MB (see package bench/live).
+// one: fewer collections keep the collector's pauses out of the rig's
+// overhead, for a larger heap goal (see package bench/live, "The load
+// generator").
 const liveGCPercent = 400
 
 // runs counts the runs of a report.
@@ -276,30 +279,35 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("lbsim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenarioName := func(s sim.Scenario) string { return s.Name }
-	algoName := func(a bench.Algorithm) string { return a.Name }
-	algos := append(bench.Algorithms(), bench.LoadAware()...)
+	algoName := func(a catalog.Algorithm) string { return a.Name }
+	algos := append(catalog.Algorithms(), catalog.LoadAware()...)
 	var (
 		scenarios = fs.String("scenarios", "", "scenarios to run, comma-separated: "+nameList(sim.Defaults(nil), scenarioName)+" (default: these six);\n"+
 			"or the load scenarios, whose backends report their load: "+nameList(sim.LoadScenarios(), scenarioName)+"\n"+
 			"(antagonist and hetero name both of theirs); or the fleet scenarios, each with proxies and backends of its own: "+nameList(sim.FleetScenarios(), scenarioName)+";\n"+
-			"or the slow scenarios, a backend that stalls, a storm of 503s, heavy tails, which compare timeouts, the retry budget and hedging: "+
+			"or the slow scenarios, a backend that stalls, a storm of 503s, heavy tails, which compare timeouts, the retry budget and hedging,\n"+
+			"a backend failing 30% of its requests (flaky) and a canary 3× slower (canary): "+
 			nameList(sim.SlowScenarios(nil), scenarioName))
 		algoList = fs.String("algos", "", "algorithms, comma-separated: "+nameList(algos, algoName)+"\n"+
-			"(default: all but "+nameList(bench.LoadAware(), algoName)+", which weigh load reports and probes; all with a load scenario)")
+			"(default: all but "+nameList(catalog.LoadAware(), algoName)+", which weigh load reports and probes; all with a load scenario)")
 		variants = fs.String("variants", "", "failure handling and decorators for every scenario, comma-separated: none, or active, passive, retry,\n"+
-			"locality, subset, timeout, budget, hedge joined by '+' (budget and hedge need retry)\n"+
+			"locality, subset, timeout, budget, hedge, route, canary, failrate joined by '+' (budget and hedge need retry, canary route,\n"+
+			"failrate passive)\n"+
 			"(default: none; the failure scenarios compare none,active,active+passive,active+passive+retry; zones active+passive+retry\n"+
-			"with and without locality; fleet none,subset; the slow scenarios active+passive+retry with timeout, budget and hedge)")
+			"with and without locality; fleet none,subset; the slow scenarios active+passive+retry with timeout, budget and hedge,\n"+
+			"flaky also none, active+passive and each with failrate, canary none,route,route+canary)")
 		seed     = fs.Uint64("seed", 1, "seed: the same seed prints the same tables")
 		duration = fs.Duration("duration", 0, "stretch or shrink each scenario to last this long, outage times included (default: as defined, 3m and 2m20s)")
 		users    = fs.Int("users", 0, "scale each profile so that it peaks at this many users (default: as defined, 100 or 250; 118 to 171 in the load scenarios)")
 		think    = fs.Duration("think", sim.DefaultThink, "time a user waits between an answer and its next request")
 		interval = fs.Duration("interval", sim.DefaultCheckInterval, "time between active health checks")
 		backends = fs.String("backends", "", "the backends, comma-separated: LATENCY[:w=WEIGHT][:c=CAPACITY][:j=JITTER|:s=SIGMA][:down=AT[-UNTIL]]...[:nb=TAKES@AT[-UNTIL]]...\n"+
-			"[:stall=AT[-UNTIL]]...[:503=AT[-UNTIL]]...[:tail=SHARE%xFACTOR][:name=NAME][:zone=ZONE], each optionally preceded by Nx for N alike (300x10ms:c=4);\n"+
+			"[:stall=AT[-UNTIL]]...[:503=AT[-UNTIL]]...[:tail=SHARE%xFACTOR][:fail=SHARE%][:name=NAME][:zone=ZONE][:track=TRACK],\n"+
+			"each optionally preceded by Nx for N alike (300x10ms:c=4);\n"+
 			"e.g. 50ms:w=6,150ms:w=3:c=8,300ms:j=50ms,500ms:s=0.5:down=1m-2m; weights are used by wrr only;\n"+
 			"nb= is a neighbour the proxies cannot see, taking TAKES of the backend's c= slots from AT (until UNTIL);\n"+
-			"stall= accepts and never answers, 503= answers 503 in 1ms, tail=1%x20 makes 1% of service times 20 times as long\n"+
+			"stall= accepts and never answers, 503= answers 503 in 1ms, tail=1%x20 makes 1% of service times 20 times as long,\n"+
+			"fail=30% answers 30% of requests 503 in 1ms, track=canary labels it for the route variant\n"+
 			"(default 50ms:w=6,150ms:w=3,300ms:w=2,500ms:w=1; -cap scenarios give backends without c= a capacity of "+strconv.Itoa(sim.DefaultCapacity)+")\n"+
 			"down= applies in every scenario run, so each outage must start within every scenario's length (burst lasts 2m20s;\n"+
 			"choose with -scenarios); the failure scenarios kill the first backend at 1m unless one has down=")
@@ -333,6 +341,7 @@ its verdict, and ends with the algorithm to use for these backends, why, and the
   lbsim -backends-file latencies.csv     your measured latencies (backend,latency_ms), or an nginx log with -log-format
   lbsim -json out.json -csv out.csv      every figure, for other tools
   lbsim -scenarios stall,storm,tail      a stalled backend, a storm of 503s, heavy tails: timeouts, budget, hedging
+  lbsim -scenarios flaky,canary          a backend failing 30% of requests; a 5% canary 3× slower: their cost
   lbsim -live -scenarios steady          the same for real: lbhttp's reverse proxy, HTTP backends and clients
                                          on 127.0.0.1, every duration ×0.1 (-scale), 18 s per algorithm;
                                          then simulated vs live side by side
@@ -399,7 +408,7 @@ flags:`)
 	}
 	// The pickers that weigh reports and probes run where the backends'
 	// reports are the point, unless named.
-	defaultAlgos := bench.Algorithms()
+	defaultAlgos := catalog.Algorithms()
 	if loaded {
 		defaultAlgos = algos
 	}
@@ -504,7 +513,14 @@ func readBackends(path, format string) ([]sim.Backend, error) {
 	if format != "" {
 		bs, err = sim.ReadAccessLog(f, format)
 	} else {
-		bs, err = sim.ReadLatencies(f)
+		r := bufio.NewReader(f)
+		// The first line, to tell a log given without -log-format from a
+		// CSV with a bad line: a CSV line has one comma.
+		head, _ := r.Peek(4096)
+		first, _, _ := bytes.Cut(head, []byte("\n"))
+		if bs, err = sim.ReadLatencies(r); err != nil && bytes.Count(first, []byte(",")) != 1 {
+			err = fmt.Errorf("%w; for an nginx access log, give the log_format that wrote it with -log-format", err)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("-backends-file %s: %w", path, err)
