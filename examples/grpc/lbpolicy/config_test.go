@@ -1,6 +1,7 @@
 package lbpolicy_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -43,7 +44,11 @@ func TestParseConfig(t *testing.T) {
 		{policy: lbpolicy.IPHash, js: `{"key": "x-client-ip"}`, key: "x-client-ip"},
 		{policy: lbpolicy.ReportedWRR, js: `{}`},
 		{policy: lbpolicy.ReportedWRR, js: `{"blackoutPeriod": "0s", "weightExpirationPeriod": "1m", "weightUpdatePeriod": "0.5s", "errorUtilizationPenalty": 0}`},
+		{policy: lbpolicy.ReportedWRR, js: `{"weightUpdatePeriod": "0.1s"}`},
 		{policy: lbpolicy.LeastConnORCA, js: `{}`},
+		{policy: lbpolicy.RingHash, js: `{"requestHashHeader": "x-session"}`},
+		{policy: lbpolicy.RingHash, js: `{"requestHashHeader": "x-session", "boundedLoad": 1.25}`},
+		{policy: lbpolicy.Maglev, js: `{"requestHashHeader": "X-Session.ID_2"}`},
 
 		{policy: lbpolicy.RingHash, js: `{}`, wantErr: `"key" is required`},
 		{policy: lbpolicy.Maglev, js: `{"boundedLoad": 1.5, "key": "k"}`, wantErr: `"boundedLoad" is only for lbkit_ring_hash`},
@@ -61,14 +66,23 @@ func TestParseConfig(t *testing.T) {
 		{policy: lbpolicy.ReportedWRR, js: `{"blackoutPeriod": "-1s"}`, wantErr: `not a duration of 0 or more`},
 		{policy: lbpolicy.ReportedWRR, js: `{"weightExpirationPeriod": "0s"}`, wantErr: `must be more than 0`},
 		{policy: lbpolicy.ReportedWRR, js: `{"errorUtilizationPenalty": -1}`, wantErr: `is negative`},
+		{policy: lbpolicy.ReportedWRR, js: `{"weightUpdatePeriod": "0.05s"}`, wantErr: `"weightUpdatePeriod" 50ms is below 100ms`},
+		{policy: lbpolicy.ReportedWRR, js: `{"weightUpdatePeriod": "0s"}`, wantErr: `"weightUpdatePeriod" 0s is below 100ms`},
 		{policy: lbpolicy.ReportedWRR, js: `{"enableOobLoadReport": true}`, wantErr: `unknown field`},
 		{policy: lbpolicy.ReportedWRR, js: `{"key": "x"}`, wantErr: `"key" is only for the hash policies`},
+		{policy: lbpolicy.RingHash, js: `{"requestHashHeader": "x-session-bin"}`, wantErr: `is a binary header`},
+		{policy: lbpolicy.Maglev, js: `{"requestHashHeader": "x session"}`, wantErr: `"x session" is not a header name`},
+		{policy: lbpolicy.Maglev, js: `{"requestHashHeader": ":authority"}`, wantErr: `is not a header name`},
+		{policy: lbpolicy.RingHash, js: `{"requestHashHeader": "x-a", "key": "x-b"}`, wantErr: `give one`},
+		{policy: lbpolicy.RingHash, js: `{"requestHashHeader": "x-a", "boundedLoad": 1}`, wantErr: `want a factor above 1`},
+		{policy: lbpolicy.IPHash, js: `{"requestHashHeader": "x-client-ip"}`, wantErr: `"requestHashHeader" is only for lbkit_ring_hash and lbkit_maglev`},
+		{policy: lbpolicy.RoundRobin, js: `{"requestHashHeader": "x-a"}`, wantErr: `"requestHashHeader" is only for`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.policy+" "+tt.js, func(t *testing.T) {
 			got, err := builder(t, tt.policy).ParseConfig([]byte(tt.js))
 			if tt.wantErr != "" {
-				require.Error(t, err)
+				require.ErrorIs(t, err, lbk.ErrBadOption)
 				assert.Contains(t, err.Error(), tt.wantErr)
 				assert.True(t, strings.HasPrefix(err.Error(), "lbpolicy: "+tt.policy+" config: "), err.Error())
 				return
@@ -77,6 +91,16 @@ func TestParseConfig(t *testing.T) {
 			cfg := got.(*lbpolicy.Config)
 			assert.Equal(t, tt.key, cfg.Key)
 			assert.Equal(t, tt.codes, cfg.FailureCodes, "defaults are applied, not written into the config")
+
+			// A parent policy passes its child's config on as the JSON of
+			// the parsed config, which the child parses again (gRPC's xDS
+			// policies do, from the Cluster down to the endpoint picking
+			// policy): it must come back the same.
+			js, err := json.Marshal(cfg)
+			require.NoError(t, err)
+			again, err := builder(t, tt.policy).ParseConfig(js)
+			require.NoError(t, err, "its own JSON %s", js)
+			assert.Equal(t, cfg, again, "its own JSON %s", js)
 		})
 	}
 }

@@ -75,6 +75,8 @@ type Builder struct {
 	key         keyUse
 	bounded     bool // accepts Config.BoundedLoad
 	orca        bool // accepts the A58 settings of Config
+	header      bool // accepts Config.RequestHashHeader
+	placed      bool // places endpoints by their hash keys: duplicates are refused up front
 }
 
 var (
@@ -90,7 +92,11 @@ var (
 //
 // name must be lower case (gRPC looks policies up by exact name) and not
 // empty. The config's key is optional: the picker gets the metadata value
-// as Request.Key when it is set. newBalancer must not return nil; a
+// as Request.Key when it is set; so is requestHashHeader, by gRFC A76's
+// rules (see Config). A picker of yours that places backends by their
+// hash keys (balancer.HashKeyer; the policy's endpoints carry gRPC's A76
+// hash key) refuses duplicate ones in its Update: the policy then
+// publishes a TRANSIENT_FAILURE picker with its error. newBalancer must not return nil; a
 // channel whose config arrives then refuses it. If the Balancer is an
 // io.Closer (health.Balancer, lbmetrics.Balancer), the policy closes it
 // when the channel closes, and a decorator passes the Close on to what it
@@ -110,6 +116,7 @@ func NewBuilder(name string, newBalancer func() lbk.Balancer) (*Builder, error) 
 		name:        name,
 		newBalancer: func(*Config) (lbk.Balancer, error) { return newBalancer(), nil },
 		key:         keyOptional,
+		header:      true,
 	}, nil
 }
 
@@ -144,8 +151,9 @@ func Builders() []*Builder {
 		plain(LeastConn, func() lbk.Balancer { return leastconn.New() }),
 		plain(LeastResponseTime, func() lbk.Balancer { return lrt.New() }),
 		hashed(IPHash, func() lbk.Balancer { return iphash.New() }),
-		{name: RingHash, key: keyRequired, bounded: true, newBalancer: newRing},
-		hashed(Maglev, func() lbk.Balancer { return consistent.NewMaglev() }),
+		{name: RingHash, key: keyRequired, bounded: true, header: true, placed: true, newBalancer: newRing},
+		{name: Maglev, key: keyRequired, header: true, placed: true,
+			newBalancer: func(*Config) (lbk.Balancer, error) { return consistent.NewMaglev(), nil }},
 		{name: ReportedWRR, key: keyRefused, orca: true, newBalancer: newReportedWRR},
 		plain(LeastConnORCA, func() lbk.Balancer { return leastconn.New(leastconn.WithReports()) }),
 	}
@@ -158,7 +166,7 @@ func newReportedWRR(cfg *Config) (lbk.Balancer, error) {
 		opts = append(opts, wrr.WithBlackout(time.Duration(*d)))
 	}
 	if d := cfg.WeightExpirationPeriod; d != nil {
-		opts = append(opts, wrr.WithExpiry(time.Duration(*d)))
+		opts = append(opts, wrr.WithReportExpiry(time.Duration(*d)))
 	}
 	if d := cfg.WeightUpdatePeriod; d != nil {
 		opts = append(opts, wrr.WithWeightPeriod(time.Duration(*d)))
@@ -166,7 +174,13 @@ func newReportedWRR(cfg *Config) (lbk.Balancer, error) {
 	if f := cfg.ErrorUtilizationPenalty; f != nil {
 		opts = append(opts, wrr.WithErrorPenalty(*f))
 	}
-	return wrr.NewReported(opts...), nil
+	p := wrr.NewReported(opts...)
+	// Reported keeps a bad option's error for Update; an empty one finds
+	// it without building anything.
+	if err := p.Update(nil); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 func newRing(cfg *Config) (lbk.Balancer, error) {

@@ -1,9 +1,6 @@
 package lbpolicy
 
 import (
-	"math"
-	"time"
-
 	v3orcapb "github.com/cncf/xds/go/xds/data/orca/v3"
 	lbk "github.com/lbkit/lbkit/balancer"
 
@@ -13,56 +10,69 @@ import (
 	_ "google.golang.org/grpc/orca"
 )
 
-// The named metrics lbkit's probing and reporting pickers read, as the
-// lbhttp package names them: the backend's RPCs in flight and its latency
-// estimate in milliseconds. A backend records them with
-// orca.CallMetricsRecorder's SetNamedMetric.
-const (
-	metricInFlight = "rif"
-	metricLatency  = "latency_ms"
-)
-
 // loadOf turns the per-RPC ORCA report gRPC parsed from the trailer
-// (DoneInfo.ServerLoad, a *v3orcapb.OrcaLoadReport) into lbkit's Load:
-// the fixed fields, rps_fractional or the deprecated rps, and the named
-// metrics behind Load.Named without copying them. Negative, NaN and
-// infinite values read as absent, as ORCA's own validation would refuse
-// them. Anything else, nil included, is no report.
+// (DoneInfo.ServerLoad, a *v3orcapb.OrcaLoadReport) into lbkit's Load, by
+// the rule every lbkit source keeps (balancer.LoadBuilder): the whole
+// report or nothing. A report with a value out of range (a negative, NaN
+// or infinite one, a mem_utilization above 1) or with more than
+// balancer.MaxNamedMetrics named metrics is no report, as is anything
+// that is not an *OrcaLoadReport, nil included; lbhttp's ParseLoad gives
+// the same Load for the same report sent as an HTTP header
+// (TestSameLoadOverHTTPAndGRPC). Named looks in the proto's map, without
+// copying it.
 //
-// Cost: a few field reads; Named is a pointer-sized value, so no
-// allocation.
+// Cost: a few comparisons per value, the maps walked once; Named is a
+// pointer-sized value, so no allocation.
 func loadOf(serverLoad any) lbk.Load {
 	r, ok := serverLoad.(*v3orcapb.OrcaLoadReport)
 	if !ok || r == nil {
 		return lbk.Load{}
 	}
-	l := lbk.Load{
-		CPU:         valid(r.GetCpuUtilization()),
-		Memory:      min(valid(r.GetMemUtilization()), 1),
-		Application: valid(r.GetApplicationUtilization()),
-		RPS:         valid(r.GetRpsFractional()),
-		EPS:         valid(r.GetEps()),
-	}
-	if l.RPS == 0 {
-		//lint:ignore SA1019 the deprecated integer rps, for servers that send only it
-		l.RPS = float64(r.GetRps())
-	}
-	if len(r.GetNamedMetrics()) > 0 {
-		l.Named = orcaMetrics{r}
-		l.InFlight = valid(r.GetNamedMetrics()[metricInFlight])
-		if ms := valid(r.GetNamedMetrics()[metricLatency]); ms < float64(math.MaxInt64/int64(time.Millisecond)) {
-			l.Latency = time.Duration(ms * float64(time.Millisecond))
-		}
+	l, err := parseORCA(r)
+	if err != nil {
+		return lbk.Load{}
 	}
 	return l
 }
 
-// valid returns v, or 0 for a negative, NaN or infinite v.
-func valid(v float64) float64 {
-	if !(v >= 0) || math.IsInf(v, 1) {
-		return 0
+// parseORCA is loadOf for a report, with the error that refuses it.
+func parseORCA(r *v3orcapb.OrcaLoadReport) (lbk.Load, error) {
+	named := r.GetNamedMetrics()
+	if err := lbk.CheckNamedMetrics(len(named)); err != nil {
+		return lbk.Load{}, err
 	}
-	return v
+	var b lbk.LoadBuilder
+	for _, f := range [...]struct {
+		f lbk.LoadField
+		v float64
+	}{
+		{lbk.LoadCPU, r.GetCpuUtilization()},
+		{lbk.LoadMemory, r.GetMemUtilization()},
+		{lbk.LoadApplication, r.GetApplicationUtilization()},
+		{lbk.LoadRPS, r.GetRpsFractional()},
+		//lint:ignore SA1019 the deprecated integer rps, for servers that send only it
+		{lbk.LoadRPSInt, float64(r.GetRps())},
+		{lbk.LoadEPS, r.GetEps()},
+	} {
+		if err := b.Add(f.f, "", f.v); err != nil {
+			return lbk.Load{}, err
+		}
+	}
+	for _, m := range [...]struct {
+		f lbk.LoadField
+		m map[string]float64
+	}{{lbk.LoadNamed, named}, {lbk.LoadRequestCost, r.GetRequestCost()}, {lbk.LoadUtilization, r.GetUtilization()}} {
+		for k, v := range m.m {
+			if err := b.Add(m.f, k, v); err != nil {
+				return lbk.Load{}, err
+			}
+		}
+	}
+	l := b.Load()
+	if len(named) > 0 {
+		l.Named = orcaMetrics{r}
+	}
+	return l, nil
 }
 
 // orcaMetrics is a report's named metrics for Load.Named.

@@ -3,6 +3,8 @@ package lbpolicy
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,27 +22,29 @@ import (
 // so the picker finds the child with a type assertion, not a map.
 //
 // The policy keeps one endpoint per ID for as long as it stays READY with
-// the same weight, and swaps the child's picker in place when the child
+// the same weight and hash key, and swaps the child's picker in place when the child
 // publishes a new one, so that a state change that leaves the READY set
-// as it was needs no lbkit Update. id and weight are immutable.
+// as it was needs no lbkit Update. id, weight and hashKey are immutable.
 type endpoint struct {
-	id     string
-	weight int
-	child  atomic.Pointer[pickerBox]
+	id      string
+	weight  int
+	hashKey string // gRFC A76's endpoint hash key (ringhash.HashKey), or ""
+	child   atomic.Pointer[pickerBox]
 }
 
 // pickerBox boxes a child's picker for endpoint.child.
 type pickerBox struct{ balancer.Picker }
 
-func newEndpoint(id string, weight int, child balancer.Picker) *endpoint {
-	e := &endpoint{id: id, weight: weight}
+func newEndpoint(id string, weight int, hashKey string, child balancer.Picker) *endpoint {
+	e := &endpoint{id: id, weight: weight, hashKey: hashKey}
 	e.child.Store(&pickerBox{child})
 	return e
 }
 
 var (
-	_ lbk.Backend  = (*endpoint)(nil)
-	_ lbk.Weighter = (*endpoint)(nil)
+	_ lbk.Backend   = (*endpoint)(nil)
+	_ lbk.Weighter  = (*endpoint)(nil)
+	_ lbk.HashKeyer = (*endpoint)(nil)
 )
 
 // ID returns the endpoint's first address.
@@ -48,6 +52,10 @@ func (e *endpoint) ID() string { return e.id }
 
 // Weight returns the endpoint's weight (see SetWeight).
 func (e *endpoint) Weight() int { return e.weight }
+
+// HashKey returns the endpoint's hash key (see HashKeyOf): the hash
+// pickers place it by this key, when not empty, instead of its address.
+func (e *endpoint) HashKey() string { return e.hashKey }
 
 // errCancelled is what the lbkit picker is told about an RPC that ended
 // CANCELLED: abandoned, so no latency sample and no failure.
@@ -69,6 +77,7 @@ type picker struct {
 	lb       lbk.Picker
 	fb       lbk.Feedback // nil: lb learns nothing, so nothing is tracked
 	key      string       // metadata key of the affinity key, or ""
+	header   string       // requestHashHeader (gRFC A76), or ""
 	failures failureSet
 	calls    *sync.Pool // *call
 
@@ -76,6 +85,7 @@ type picker struct {
 	errBadKey    error
 	errForeign   error
 	errNoBackend error
+	errElsewhere error
 }
 
 var _ balancer.Picker = (*picker)(nil)
@@ -90,6 +100,7 @@ func newPicker(p *policy, gen uint64) *picker {
 		lb:       p.lb,
 		fb:       p.fb,
 		key:      cfg.Key,
+		header:   cfg.RequestHashHeader,
 		failures: cfg.failures,
 		calls:    &p.calls,
 		errBadKey: status.Errorf(codes.Internal,
@@ -98,6 +109,8 @@ func newPicker(p *policy, gen uint64) *picker {
 			"lbpolicy: %s: picker returned a backend it was not given", p.builder.name),
 		// Not a status error: gRPC fails a fail-fast RPC with UNAVAILABLE
 		// and keeps a wait-for-ready one waiting for the next picker.
+		errElsewhere: status.Errorf(codes.Unavailable,
+			"lbpolicy: %s: no endpoint other than the one to avoid (Attempt.OnlyElsewhere)", p.builder.name),
 		errNoBackend: fmt.Errorf("lbpolicy: %s: the lbkit picker has no backend to give (all drained, in maintenance or ejected?)",
 			p.builder.name),
 	}
@@ -108,16 +121,30 @@ func newPicker(p *policy, gen uint64) *picker {
 // tells it how the RPC ended (see Config), measuring the latency from
 // here, and then calls the child's Done if it had one.
 //
-// Cost, beyond the lbkit Pick and the child's: with a key configured, the
-// metadata lookup, which copies the entry's values (one small allocation
-// when the entry is present); with Feedback, one time.Now and a call
+// An Attempt in the RPC's context (WithAttempt) sets the lbkit Request's
+// Attempt and Avoid, and learns the endpoint picked.
+//
+// Cost, beyond the lbkit Pick and the child's: the context lookup for an
+// Attempt (a walk up the context's chain, no allocation); with a key or
+// requestHashHeader configured, the metadata lookup, which copies the
+// entry's values (one small allocation when the entry is present; a
+// requestHashHeader with several values costs more, three in all, for the
+// copies and the join; none when it is missing, as the random key is
+// allocation-free); with Feedback, one time.Now and a call
 // record from a sync.Pool, so no allocation once the pool is warm.
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	var req lbk.Request
-	if p.key != "" && info.Ctx != nil {
+	switch {
+	case p.header != "":
+		req.Key = headerKey(info, p.header)
+	case p.key != "" && info.Ctx != nil:
 		if v := metadata.ValueFromOutgoingContext(info.Ctx, p.key); len(v) > 0 {
 			req.Key = v[0]
 		}
+	}
+	a := attemptOf(info.Ctx)
+	if a != nil {
+		req.Attempt, req.Avoid = a.N, a.Avoid
 	}
 	b, err := p.lb.Pick(req)
 	if err != nil {
@@ -128,12 +155,22 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		p.forget(b)
 		return balancer.PickResult{}, p.errForeign
 	}
+	if a != nil && a.OnlyElsewhere && req.Avoid != "" && e.id == req.Avoid {
+		// No other endpoint to send it to: an attempt that is worth
+		// sending only elsewhere (a hedge) is not sent.
+		p.forget(b)
+		a.refused.Store(true)
+		return balancer.PickResult{}, p.errElsewhere
+	}
 	res, err := e.child.Load().Pick(info)
 	if err != nil {
 		// No RPC goes out on this pick: take it off lbkit's count. gRPC
 		// picks again when the error asks it to.
 		p.forget(b)
 		return res, err
+	}
+	if a != nil {
+		a.picked.Store(&e.id) // e is immutable: no allocation
 	}
 	if p.fb == nil {
 		return res, nil
@@ -142,6 +179,52 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	c.p, c.e, c.childDone, c.start = p, e, res.Done, time.Now()
 	res.Done = c.done
 	return res, nil
+}
+
+// headerKey returns the affinity key of an RPC by gRFC A76's
+// request_hash_header rules: the header's values, joined with "," if it
+// has several; or, if it has none or only an empty one, a random key
+// (randomKey), so that the RPC goes to a random endpoint.
+func headerKey(info balancer.PickInfo, header string) string {
+	var v []string
+	if info.Ctx != nil {
+		v = metadata.ValueFromOutgoingContext(info.Ctx, header)
+	}
+	switch {
+	case len(v) == 1 && v[0] != "":
+		return v[0]
+	case len(v) > 1:
+		return strings.Join(v, ",")
+	}
+	return randomKey()
+}
+
+// randomKeyLen is the length of a random key; randomKeys holds 2¹⁶ + 1
+// distinct ones, every substring of that length.
+const randomKeyLen = 16
+
+// randomKeys is 2¹⁶ + randomKeyLen − 1 random bytes, made once: its
+// substrings of randomKeyLen bytes are the keys randomKey draws from.
+// Immutable once made.
+var randomKeys = sync.OnceValue(func() string {
+	b := make([]byte, 1<<16+randomKeyLen-1)
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
+	return string(b)
+})
+
+// randomKey returns one of 2¹⁶ + 1 fixed random keys, chosen at random:
+// the hash pickers hash it to a random place, so that the RPC goes to an
+// endpoint with a probability of its share of the ring or table (to
+// within a few tenths of a percent of that share, by the number of keys:
+// the hash picker sees 65537 distinct keys). A substring of one string
+// made once, it costs no allocation, where formatting a random number
+// into a key would cost one per RPC.
+func randomKey() string {
+	s := randomKeys()
+	i := rand.IntN(len(s) - randomKeyLen + 1)
+	return s[i : i+randomKeyLen]
 }
 
 // forget tells the lbkit picker that a pick it made was not used.

@@ -89,7 +89,7 @@ func testPicker(t testing.TB, name, cfgJSON string, lb lbk.Balancer, children ..
 	require.NoError(t, err)
 	bs := make([]lbk.Backend, len(children))
 	for i, c := range children {
-		bs[i] = newEndpoint(string(rune('a'+i)), 1, c)
+		bs[i] = newEndpoint(string(rune('a'+i)), 1, "", c)
 	}
 	require.NoError(t, lb.Update(bs))
 	p := newPolicy(bld, nil, balancer.BuildOptions{})
@@ -279,8 +279,15 @@ func TestPickAllocs(t *testing.T) {
 	}{
 		{"rr, no feedback", RoundRobin, `{}`, rr.New(), info, 0},
 		{"leastconn, feedback", LeastConn, `{}`, leastconn.New(), info, 0},
+		{"leastconn, attempt in context", LeastConn, `{}`, leastconn.New(),
+			balancer.PickInfo{Ctx: WithAttempt(context.Background(), &Attempt{N: 1, Avoid: "a", OnlyElsewhere: true})}, 0},
 		{"ring with key", RingHash, `{"key": "x-user", "boundedLoad": 1.25}`, nil,
 			balancer.PickInfo{Ctx: metadata.AppendToOutgoingContext(context.Background(), "x-user", "alice")}, 1},
+		{"ring with requestHashHeader", RingHash, `{"requestHashHeader": "x-user", "boundedLoad": 1.25}`, nil,
+			balancer.PickInfo{Ctx: metadata.AppendToOutgoingContext(context.Background(), "x-user", "alice")}, 1},
+		{"maglev, requestHashHeader missing: a random key", Maglev, `{"requestHashHeader": "x-user"}`, consistent.NewMaglev(), info, 0},
+		{"maglev, requestHashHeader with two values: joined", Maglev, `{"requestHashHeader": "x-user"}`, consistent.NewMaglev(),
+			balancer.PickInfo{Ctx: metadata.AppendToOutgoingContext(context.Background(), "x-user", "alice", "x-user", "bob")}, 3},
 		{"wrr_orca, report in Done", ReportedWRR, `{}`, nil, info, 0},
 		{"least_conn_orca, report in Done", LeastConnORCA, `{}`, leastconn.New(leastconn.WithReports()), info, 0},
 	}

@@ -3,7 +3,6 @@ package lbpolicy
 import (
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,14 +79,16 @@ func (p *policy) UpdateClientConnState(s balancer.ClientConnState) error {
 		return fmt.Errorf("lbpolicy: %s: config of type %T, want *lbpolicy.Config: %w",
 			p.builder.name, s.BalancerConfig, balancer.ErrBadResolverState)
 	}
-	if err := checkEndpoints(s.ResolverState.Endpoints); err != nil {
+	rs := s.ResolverState
+	rs.Endpoints = scaleWeights(rs.Endpoints)
+	if err := checkEndpoints(rs.Endpoints, p.builder.placed); err != nil {
 		logger.Warningf("%v", err)
 		return fmt.Errorf("%w (%w)", err, balancer.ErrBadResolverState)
 	}
 
 	var old lbk.Balancer // replaced, to close
 	p.mu.Lock()
-	if p.lb == nil || p.cfg.BoundedLoad != cfg.BoundedLoad {
+	if p.lb == nil || !p.cfg.samePicker(cfg) {
 		// A new picker only when what it is made from changes; otherwise
 		// the one in use keeps what it has learned.
 		lb, err := p.builder.newBalancer(cfg)
@@ -109,7 +110,7 @@ func (p *policy) UpdateClientConnState(s balancer.ClientConnState) error {
 	// Not under mu: the child answers with UpdateState, synchronously.
 	// pick_first reads no config of ours, so none goes down.
 	err := p.child.UpdateClientConnState(balancer.ClientConnState{
-		ResolverState: pickfirst.EnableHealthListener(s.ResolverState),
+		ResolverState: pickfirst.EnableHealthListener(rs),
 	})
 	// The replaced picker's last picks may still be running; what is left
 	// of it is its background work, if any.
@@ -120,10 +121,8 @@ func (p *policy) UpdateClientConnState(s balancer.ClientConnState) error {
 // closeBalancer closes lb if it is an io.Closer (health.Balancer and
 // lbmetrics.Balancer are), logging a failure.
 func closeBalancer(lb lbk.Balancer) {
-	if c, ok := lb.(io.Closer); ok {
-		if err := c.Close(); err != nil {
-			logger.Warningf("lbpolicy: closing the lbkit balancer: %v", err)
-		}
+	if err := lbk.CloseInner(lb); err != nil {
+		logger.Warningf("lbpolicy: closing the lbkit balancer: %v", err)
 	}
 }
 
@@ -197,7 +196,8 @@ func (p *policy) UpdateState(s balancer.State) {
 		return
 	}
 	// The READY endpoints, reusing the endpoint of an ID that stays READY
-	// with the same weight: same means no lbkit Update is needed.
+	// with the same weight and hash key: same means no lbkit Update is
+	// needed.
 	ready := make([]lbk.Backend, 0, len(children))
 	byID := make(map[string]*endpoint, len(children))
 	same := true
@@ -205,10 +205,10 @@ func (p *policy) UpdateState(s balancer.State) {
 		if c.State.ConnectivityState != connectivity.Ready {
 			continue
 		}
-		id, w := endpointID(c.Endpoint), WeightOf(c.Endpoint)
+		id, w, k := endpointID(c.Endpoint), WeightOf(c.Endpoint), HashKeyOf(c.Endpoint)
 		e := p.ready[id]
-		if e == nil || e.weight != w {
-			e, same = newEndpoint(id, w, c.State.Picker), false
+		if e == nil || e.weight != w || e.hashKey != k {
+			e, same = newEndpoint(id, w, k, c.State.Picker), false
 		}
 		ready = append(ready, e)
 		byID[id] = e

@@ -1,11 +1,14 @@
 package lbpolicy
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	lbk "github.com/lbkit/lbkit/balancer"
 	"google.golang.org/grpc/experimental/balancer/weight"
 	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/ringhash"
 )
 
 // weightKey is the resolver.Endpoint attribute key under which SetWeight
@@ -32,6 +35,11 @@ func SetWeight(ep resolver.Endpoint, w int) resolver.Endpoint {
 // gRPC's own experimental weight attribute holds (set by xDS, for
 // example; 0 there means unset, and a weight above balancer.MaxWeight is
 // taken as MaxWeight), else 1.
+//
+// The policy, which sees every endpoint of a resolver update, first
+// scales gRPC's weights down together when any is above MaxWeight, so
+// that their ratios survive (see scaleWeights): gRPC's xDS client sets
+// them as fractions of 2³¹.
 func WeightOf(ep resolver.Endpoint) int {
 	if w, ok := ep.Attributes.Value(weightKey{}).(int); ok {
 		return w
@@ -41,6 +49,77 @@ func WeightOf(ep resolver.Endpoint) int {
 	}
 	return 1
 }
+
+// scaleWeights returns eps with the weights of gRPC's attribute brought
+// into [1, balancer.MaxWeight] in the same ratios, when any of them is
+// above MaxWeight; otherwise eps itself. They are divided by their
+// greatest common divisor and, if the largest is still above MaxWeight,
+// scaled to make it MaxWeight, rounded, each at least 1. Weights set with
+// SetWeight, and endpoints without a weight, are left alone. The
+// returned endpoints carry their weight as SetWeight sets it.
+//
+// Why: under xDS, grpc-go v1.85 (gRFC A113, unless
+// GRPC_EXPERIMENTAL_PF_WEIGHTED_SHUFFLING=false) gives each endpoint its
+// locality's share of the priority times its own share of the locality,
+// in fixed point with 31 fractional bits: three equal endpoints in one
+// locality weigh 715,827,882 each, and 3:1 weigh 1,610,612,736 and
+// 536,870,912. Taken one by one, each would be capped to MaxWeight, the
+// ratios lost (and a ring would get its maximum of points for three
+// backends); divided by their gcd they are 1, 1, 1 and 3, 1.
+//
+// Cost: O(n) for n endpoints, and a copy of eps only when it scales.
+func scaleWeights(eps []resolver.Endpoint) []resolver.Endpoint {
+	var g, top uint64
+	for _, ep := range eps {
+		if w := grpcWeight(ep); w > 0 {
+			g, top = gcd(g, w), max(top, w)
+		}
+	}
+	if top <= lbk.MaxWeight {
+		return eps
+	}
+	top /= g
+	out := slices.Clone(eps)
+	for i, ep := range out {
+		w := grpcWeight(ep)
+		if w == 0 {
+			continue
+		}
+		w /= g
+		if top > lbk.MaxWeight {
+			// w·MaxWeight < 2³²·10⁶: no overflow.
+			w = max(1, (w*lbk.MaxWeight+top/2)/top)
+		}
+		out[i] = SetWeight(ep, int(w))
+	}
+	return out
+}
+
+// grpcWeight returns the weight of gRPC's attribute on ep, or 0 if it has
+// none or SetWeight set one (which wins).
+func grpcWeight(ep resolver.Endpoint) uint64 {
+	if _, ok := ep.Attributes.Value(weightKey{}).(int); ok {
+		return 0
+	}
+	return uint64(weight.FromEndpoint(ep).Weight)
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// HashKeyOf returns ep's hash key, gRFC A76's endpoint hash key: the one
+// google.golang.org/grpc/resolver/ringhash.SetHashKey stored, as a
+// resolver does for endpoints that keep an identity across addresses, and
+// as gRPC's xDS client does from the EDS endpoint metadata "envoy.lb"
+// hash_key. "" if it has none. lbkit_ring_hash and lbkit_maglev place the
+// endpoint on the ring or table by this key, when not empty, instead of
+// its address (see balancer.HashKeyer), so that an endpoint that comes
+// back at a new address with the same key keeps its RPCs' keys.
+func HashKeyOf(ep resolver.Endpoint) string { return ringhash.HashKey(ep) }
 
 // endpointID is the lbkit backend ID of ep: its first address, which is
 // stable for as long as the resolver lists the endpoint.
@@ -66,12 +145,22 @@ func endpointID(ep resolver.Endpoint) string {
 // of one address (127.0.0.1:80 and 127.0.0.1:080), which gRPC would dial
 // as two connections to one server, giving it a double share, are refused
 // too, with both named.
-func checkEndpoints(eps []resolver.Endpoint) error {
+//
+// If placed (the hash policies, which place endpoints by their hash keys),
+// two endpoints with one placement key, their hash key (HashKeyOf) or
+// else their first address, are refused too, as lbkit's Update would
+// refuse them (balancer.ErrDuplicateHashKey), and so is an endpoint listed
+// twice with two hash keys.
+func checkEndpoints(eps []resolver.Endpoint, placed bool) error {
 	type first struct {
 		ep   int    // the first endpoint holding the address
 		addr string // its spelling there
 	}
 	owner := make(map[string]first, len(eps)) // by canonical address
+	var places map[string]int                 // placement key → first endpoint, if placed
+	if placed {
+		places = make(map[string]int, len(eps))
+	}
 	for i, ep := range eps {
 		id := endpointID(ep)
 		if id == "" {
@@ -95,10 +184,19 @@ func checkEndpoints(eps []resolver.Endpoint) error {
 					f.addr, endpointID(eps[f.ep]), a.Addr, id, key, lbk.ErrDuplicateID)
 			case f.ep == i:
 				return fmt.Errorf("lbpolicy: endpoint %q: address %q listed twice: %w", id, a.Addr, lbk.ErrDuplicateID)
-			case !sameAddrs(eps[f.ep], ep) || WeightOf(eps[f.ep]) != w:
+			case !sameAddrs(eps[f.ep], ep) || WeightOf(eps[f.ep]) != w || placed && HashKeyOf(eps[f.ep]) != HashKeyOf(ep):
 				return fmt.Errorf("lbpolicy: endpoints %q and %q share address %q: %w", endpointID(eps[f.ep]), id, a.Addr, lbk.ErrDuplicateID)
 			}
 		}
+		if !placed {
+			continue
+		}
+		key := cmp.Or(HashKeyOf(ep), id)
+		if j, dup := places[key]; dup && !sameAddrs(eps[j], ep) {
+			return fmt.Errorf("lbpolicy: endpoints %q and %q are both placed at %q (an endpoint without a hash key is placed by its first address): %w",
+				endpointID(eps[j]), id, key, lbk.ErrDuplicateHashKey)
+		}
+		places[key] = i
 	}
 	return nil
 }

@@ -29,8 +29,8 @@
 // its capacity, and a per-RPC named metric (rif). The ORCA policies weigh
 // those reports: above, the third server reports four times the
 // utilisation for the same work and gets a quarter of each other's share
-// once lbkit_wrr_orca's blackout has passed (TestORCA: 18% of all RPCs,
-// the first 0.3 s at equal shares included).
+// once lbkit_wrr_orca's blackout has passed (TestORCA holds its share
+// below half of the first server's).
 //
 // The part to copy into a client is dial: lbpolicy.Register once, then a
 // service config naming the policy (with healthCheckConfig for health,

@@ -9,5 +9,5 @@ func Example_badConfig() {
 	_, err := parseFlags([]string{"-policy", "lbkit_maglev", "-config", "{}"})
 	fmt.Println(err)
 	// Output:
-	// -config: lbpolicy: lbkit_maglev config: "key" is required: name the metadata entry that holds the affinity key
+	// -config: lbpolicy: lbkit_maglev config: balancer: bad option: "key" is required (or "requestHashHeader", by gRFC A76's rules): name the metadata entry that holds the affinity key
 }
