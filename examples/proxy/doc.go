@@ -1,5 +1,5 @@
 // Command proxy is a load-balancing HTTP reverse proxy built from lbkit's
-// pieces, to run as is or to copy: any algorithm of bench.Algorithms(),
+// pieces, to run as is or to copy: any algorithm of catalog.Algorithms(),
 // health checks (active probes of a path, passive ejection of failing
 // backends), the lbhttp Transport (Done when the response body ends, a
 // refused connection retried on another backend), client-IP or
@@ -11,12 +11,12 @@
 //
 // Flags:
 //
-//	-listen addr            where to serve (default 127.0.0.1:8080)
+//	-listen addr            where to serve (default 127.0.0.1:8000)
 //	-backends list          host:port[=weight],... a static set; two spellings of
 //	                        one address (127.0.0.1:80, 127.0.0.1:080) are refused
 //	-dns host:port          resolve host every -dns-interval instead (default 30s,
 //	                        at least 1s)
-//	-algo name              a name of bench.Algorithms(): rr, wrr, leastconn,
+//	-algo name              a name of catalog.Algorithms(): rr, wrr, leastconn,
 //	                        leastconn-p2c, iphash, ring, ring-bounded, maglev,
 //	                        lrt, lrt-naive
 //	-key kind               affinity key: ip, header:NAME or cookie:NAME (default ip)
@@ -30,6 +30,10 @@
 //	                        (default 15s; 0: none)
 //	-idle-timeout d         longest a backend may leave a response body
 //	                        waiting (default 60s; 0: none)
+//	-hold-bytes n           read this much of a response to an idempotent
+//	                        request within -attempt-timeout before passing it
+//	                        on, so that a stall inside it is retried
+//	                        (default 65536; 0: none, for streams)
 //	-retry-budget share     retries and hedges at most this share of requests
 //	                        (default 0.2; 0: no budget)
 //	-retry-budget-min n     plus this many a second (default 10)
@@ -39,10 +43,20 @@
 //	                        95 say (default 0: no hedging)
 //	-h2c                    send to the backends over HTTP/2 without TLS (h2c);
 //	                        every backend must accept it (default HTTP/1.1)
+//	-route-header name      the header whose value names the set of backends
+//	                        a request asks for (lbhttp.Config.RouteHeader),
+//	                        for a picker that routes by label (default off)
+//	-sticky-cookie name     pin each client session to a backend by a cookie
+//	                        of this name, re-pinned when that backend is no
+//	                        longer eligible; the key is drawn at start, so
+//	                        cookies hold for this process (default off)
 //
 // A bad flag prints what is wrong on stderr and exits with status 2. The
 // proxy stops on SIGINT or SIGTERM, letting requests in flight finish for
-// up to 10 seconds.
+// up to 10 seconds. Everything it logs goes to stderr as log/slog's text
+// lines, the ReverseProxy's and the servers' own complaints included:
+// where it listens, every backend state change, DNS failures, failed
+// requests.
 //
 // The command is package proxycmd and nothing else: main.go is the whole of
 // it. proxycmd holds the flags, the wiring (algorithm, health, lbhttp) and

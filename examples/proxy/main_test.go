@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/catalog"
 	"github.com/lbkit/lbkit/examples/proxy/proxycmd"
 )
 
@@ -51,7 +54,7 @@ func TestHelp(t *testing.T) {
 // lists, so the proxy never lags behind the library: each gets as far as
 // listening, on an address that cannot be listened on.
 func TestEveryAlgorithmAccepted(t *testing.T) {
-	for _, a := range bench.Algorithms() {
+	for _, a := range catalog.Algorithms() {
 		var stderr bytes.Buffer
 		code := run(t.Context(), []string{"-backends", "127.0.0.1:1=2,127.0.0.1:2", "-algo", a.Name, "-listen", "127.0.0.1:99999"}, &stderr)
 		assert.Equal(t, proxycmd.ExitError, code, a.Name)
@@ -137,4 +140,56 @@ func TestServeDNS(t *testing.T) {
 		_ = resp.Body.Close()
 		assert.Equal(t, "resolved", string(body))
 	}
+}
+
+// TestOneLogger checks that everything the proxy logs goes through its one
+// logger, on run's stderr, as slog's text lines: the ReverseProxy's own
+// complaints (here a backend that breaks off a body) and the servers'
+// included, none through the standard library's log package.
+func TestOneLogger(t *testing.T) {
+	var plain syncBuffer
+	log.SetOutput(&plain)
+	defer log.SetOutput(os.Stderr)
+
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		_, _ = io.WriteString(w, "0123456789")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection closes, 90 bytes short
+	}))
+	t.Cleanup(broken.Close)
+	// The hold off (-hold-bytes 0): with it, a body broken within its first
+	// 64 KiB is an attempt's failure, answered 502 before any body is
+	// copied, and ReverseProxy has no copy to complain of.
+	addr, logs, stop := startRun(t, "-listen", "127.0.0.1:0", "-backends", hostOf(broken), "-hold-bytes", "0")
+	// The client sees the break as an error, before or in the body.
+	if resp, err := http.Get("http://" + addr + "/"); err == nil {
+		_, err = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		assert.Error(t, err, "the body should break off")
+	}
+	// The proxy logs the broken copy once the handler returns; wait for
+	// it (bounded), then stop.
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String()+plain.String(), "body copy") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+
+	assert.Empty(t, plain.String(), "lines logged through package log, not the proxy's logger")
+	assert.Contains(t, logs.String(), "body copy", "the ReverseProxy's complaint is in the proxy's log")
+	for _, line := range strings.Split(strings.TrimSuffix(logs.String(), "\n"), "\n") {
+		assert.True(t, strings.HasPrefix(line, "time="), "not a slog line: %q", line)
+	}
+}
+
+// TestListensWhereTheQuickStartDoes keeps the ready proxy on the address
+// the README's quick start serves on, so that a user who tries one and
+// then the other finds both in the same place.
+func TestListensWhereTheQuickStartDoes(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`http\.ListenAndServe\("([^"]+)", proxy\)`).FindSubmatch(readme)
+	require.NotNil(t, m, "README.md's quick start no longer calls http.ListenAndServe(addr, proxy)")
+	assert.Equal(t, string(m[1]), proxycmd.DefaultListen)
 }

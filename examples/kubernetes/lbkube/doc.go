@@ -36,7 +36,9 @@
 //     (discovery.k8s.io) in the namespace.
 //   - Name the port (Config.Port) when the Service has more than one.
 //   - Start it, and Close it when done. Start waits for the first list at
-//     most Config.SyncTimeout (30 s).
+//     most Config.SyncTimeout (30 s); if it did not come, Start's error
+//     says why when a list asked for then fails too (the API server
+//     refused the connection, RBAC forbids the list).
 //
 // cmd/lbkit-k8s-demo in this module is a runnable proxy built this way,
 // with a -kubeconfig flag. It has not been run against a real cluster
@@ -50,10 +52,11 @@
 // at most 100 endpoints in a slice, and a resolver that reads one slice
 // sees at most 100 (kuberesolver has an open report of that). The first
 // address of each endpoint is used, at the slice's port of the configured
-// name; the backend's ID is host:port, IPv6 bracketed. IPv4 and IPv6
-// slices are both used unless Config.AddressType keeps one; FQDN slices
-// are skipped, and so is a slice without the port, each reported in
-// Sync.Problems. An address found in two slices (the controller moving
+// name; the backend's ID is host:port as balancer.CanonicalAddr spells
+// it (IPv6 bracketed and lower-cased, an IPv4-mapped address as the IPv4
+// address). IPv4 and IPv6 slices are both used unless Config.AddressType
+// keeps one; FQDN slices are skipped, and so is a slice without the port
+// or with a port outside 1 to 65535, each reported in Sync.Problems. An address found in two slices (the controller moving
 // it) is one backend, in the better of its two states.
 //
 // Conditions, as kube-proxy reads them:

@@ -44,7 +44,9 @@ type merged struct {
 
 // merge makes one set of the slices: the first address of every endpoint
 // of every slice of an accepted address type, at the slice's port named
-// port ("" with a slice of one port: that port), keyed host:port. An
+// port ("" with a slice of one port: that port), keyed host:port as
+// balancer.CanonicalAddr spells it (an upper-case IPv6 address, or an
+// IPv4-mapped one, is the address its canonical spelling names). An
 // address that appears in several slices, as it does for a moment while
 // the EndpointSlice controller moves it, is kept once, in its best state
 // (ready, then terminating). Zones come from topology hints when every
@@ -75,7 +77,12 @@ func merge(es []*discoveryv1.EndpointSlice, port string, family discoveryv1.Addr
 			if len(e.Addresses) == 0 || net.ParseIP(e.Addresses[0]) == nil {
 				continue
 			}
-			ep := endpoint{id: net.JoinHostPort(e.Addresses[0], strconv.Itoa(int(p))), state: stateOf(e.Conditions), family: s.AddressType}
+			id, err := balancer.CanonicalAddr(net.JoinHostPort(e.Addresses[0], strconv.Itoa(int(p))))
+			if err != nil {
+				m.problems = append(m.problems, fmt.Sprintf("slice %s: %v", s.Name, err))
+				continue
+			}
+			ep := endpoint{id: id, state: stateOf(e.Conditions), family: s.AddressType}
 			if e.Zone != nil {
 				ep.own = *e.Zone
 			}
@@ -107,7 +114,9 @@ func merge(es []*discoveryv1.EndpointSlice, port string, family discoveryv1.Addr
 	return m
 }
 
-// portOf returns the number of the slice's port named name.
+// portOf returns the number of the slice's port named name, which must be
+// from 1 to 65535 (the API server validates ports; a fake or a broken
+// client may not).
 func portOf(s *discoveryv1.EndpointSlice, name string) (int32, error) {
 	var names []string
 	for _, p := range s.Ports {
@@ -120,6 +129,9 @@ func portOf(s *discoveryv1.EndpointSlice, name string) (int32, error) {
 			continue
 		}
 		if n == name || name == "" && len(s.Ports) == 1 {
+			if *p.Port < 1 || *p.Port > 65535 {
+				return 0, fmt.Errorf("port %q is %d, not from 1 to 65535", n, *p.Port)
+			}
 			return *p.Port, nil
 		}
 	}
@@ -140,10 +152,4 @@ func stateOf(c discoveryv1.EndpointConditions) state {
 		return eligible
 	}
 	return excluded
-}
-
-// backend is the balancer.Backend of an endpoint: a balancer.Endpoint
-// carrying its zone.
-func (e endpoint) backend() balancer.Backend {
-	return balancer.NewEndpoint(e.id, 1).At(balancer.Locality{Zone: e.zone})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -16,18 +15,16 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/health"
+	"github.com/lbkit/lbkit/discovery"
 )
 
 // Errors returned by this package. Test for them with errors.Is.
 var (
 	// ErrConfig reports a Config that New refuses.
-	ErrConfig = errors.New("lbkube: invalid config")
+	ErrConfig = fmt.Errorf("lbkube: invalid config: %w", balancer.ErrBadOption)
 	// ErrNotSynced is returned by Start when the first list of the
 	// Service's EndpointSlices did not arrive within Config.SyncTimeout.
 	ErrNotSynced = errors.New("lbkube: endpoint slices not synced")
-	// ErrStarted is returned by a second Start, and by Start after Close.
-	ErrStarted = errors.New("lbkube: already started")
 )
 
 // DefaultSyncTimeout is how long Start waits for the first list of
@@ -55,9 +52,9 @@ type Config struct {
 	// again. Default 0: no resync; every change the watch delivers is
 	// applied as it comes.
 	Resync time.Duration
-	// OnSync, if set, is called after every sync, with no lock held: the
-	// first from Start, the others from the Watcher's goroutine, one at a
-	// time. It must not call Close.
+	// OnSync, if set, is called after every sync, with no lock held, from
+	// the Watcher's goroutine, one at a time; Start returns after the
+	// first. It must not call Close, which waits for that goroutine.
 	OnSync func(Sync)
 }
 
@@ -70,8 +67,8 @@ type Sync struct {
 	Eligible, Draining []string
 	// Hinted reports that zones came from topology hints.
 	Hinted bool
-	// Problems lists the slices skipped and why (a port not found, an
-	// FQDN slice).
+	// Problems lists the slices skipped and why (a port not found or out
+	// of range, an FQDN slice).
 	Problems []string
 	// Err is the error of the target's Update, Drain or Enable, if any.
 	// An Update that failed leaves the target's previous set in place;
@@ -83,8 +80,9 @@ type Sync struct {
 // Create it with New, then Start it; Close stops it.
 type Watcher struct {
 	// Immutable after New.
+	client kubernetes.Interface
 	target balancer.Updater
-	admin  balancer.Admin // target's, or nil
+	pub    *discovery.Publisher // gives target its sets, by the rules of every source
 	cfg    Config
 	lister discoverylisters.EndpointSliceNamespaceLister
 	sel    labels.Selector
@@ -92,17 +90,8 @@ type Watcher struct {
 	fact   informers.SharedInformerFactory
 	wake   chan struct{} // capacity 1: the slices changed
 
-	// Guarded by mu: the lifecycle.
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
-
-	// Owned by the sync goroutine (and by Start's first sync, before it
-	// starts).
-	inSet   map[string]bool // IDs of the last set given to Update
-	drained map[string]bool // IDs drained and not enabled since
-	order   []string        // drained IDs, oldest first, for the bound
+	// The sync goroutine: Start and Close.
+	life balancer.Lifecycle
 }
 
 // New returns a Watcher that will give target the ready and terminating
@@ -135,17 +124,20 @@ func New(client kubernetes.Interface, target balancer.Updater, cfg Config) (*Wat
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }))
 	slices := fact.Discovery().V1().EndpointSlices()
 	w := &Watcher{
-		target:  target,
-		cfg:     cfg,
-		lister:  slices.Lister().EndpointSlices(cfg.Namespace),
-		sel:     sel,
-		inf:     slices.Informer(),
-		fact:    fact,
-		wake:    make(chan struct{}, 1),
-		inSet:   map[string]bool{},
-		drained: map[string]bool{},
+		client: client,
+		target: target,
+		cfg:    cfg,
+		lister: slices.Lister().EndpointSlices(cfg.Namespace),
+		sel:    sel,
+		inf:    slices.Informer(),
+		fact:   fact,
+		wake:   make(chan struct{}, 1),
 	}
-	w.admin = adminOf(target)
+	pub, err := discovery.New(target, discovery.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	w.pub = pub
 	poke := func(any) { w.poke() }
 	if _, err := w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    poke,
@@ -155,28 +147,6 @@ func New(client kubernetes.Interface, target balancer.Updater, cfg Config) (*Wat
 		return nil, fmt.Errorf("lbkube: %w", err)
 	}
 	return w, nil
-}
-
-// adminOf returns the first layer of target that is a balancer.Admin,
-// target itself or one found through the decorators' Unwrap (health
-// inside subset) with balancer.As, or nil if none is.
-func adminOf(target balancer.Updater) balancer.Admin {
-	if a, ok := target.(balancer.Admin); ok {
-		return a // an Updater that is no Picker, which As cannot take
-	}
-	p, _ := target.(balancer.Picker)
-	a, _ := balancer.As[balancer.Admin](p)
-	return a
-}
-
-// known drops the error of a Drain or Enable for a backend the admin
-// layer does not know: one outside this client's subset, to which this
-// client sends nothing.
-func known(err error) error {
-	if errors.Is(err, health.ErrUnknownBackend) {
-		return nil
-	}
-	return err
 }
 
 func (w *Watcher) poke() {
@@ -190,36 +160,55 @@ func (w *Watcher) poke() {
 // slices (at most Config.SyncTimeout, or until ctx ends), gives the target
 // its first set, and then keeps it in step until ctx ends or Close. It
 // returns an error wrapping ErrNotSynced if the list did not come in
-// time (the Watcher is then stopped), ErrStarted if called twice, and the
-// first sync's error.
+// time (the Watcher is then stopped), and with it why, when a list asked
+// for then fails too (a refused connection: errors.Is(err,
+// syscall.ECONNREFUSED); a 403); one wrapping balancer.ErrStarted if
+// called twice and balancer.ErrClosed after Close (balancer.Lifecycle's
+// rules); and the first sync's error.
 func (w *Watcher) Start(ctx context.Context) error {
-	w.mu.Lock()
-	if w.started {
-		w.mu.Unlock()
-		return fmt.Errorf("lbkube: start: %w", ErrStarted)
+	first := make(chan error, 1)
+	err := w.life.Start(ctx, func(ctx context.Context) {
+		w.fact.Start(ctx.Done())
+		waitCtx, stop := context.WithTimeout(ctx, w.cfg.SyncTimeout)
+		ok := cache.WaitForCacheSync(waitCtx.Done(), w.inf.HasSynced)
+		stop()
+		if !ok {
+			// Returning ends ctx, which stops the informer.
+			err := fmt.Errorf("lbkube: start: %s/%s: %w after %v", w.cfg.Namespace, w.cfg.Service, ErrNotSynced, w.cfg.SyncTimeout)
+			if why := w.whyNotSynced(ctx); why != nil {
+				err = fmt.Errorf("%w: %w", err, why)
+			}
+			first <- err
+			return
+		}
+		first <- w.sync().Err
+		w.run(ctx)
+	})
+	if err != nil {
+		return fmt.Errorf("lbkube: start: %w", err)
 	}
-	w.started = true
-	ctx, w.cancel = context.WithCancel(ctx)
-	w.done = make(chan struct{})
-	w.mu.Unlock()
-
-	w.fact.Start(ctx.Done())
-	waitCtx, stop := context.WithTimeout(ctx, w.cfg.SyncTimeout)
-	ok := cache.WaitForCacheSync(waitCtx.Done(), w.inf.HasSynced)
-	stop()
-	if !ok {
-		w.cancel()
-		close(w.done)
-		return fmt.Errorf("lbkube: start: %s/%s: %w after %v", w.cfg.Namespace, w.cfg.Service, ErrNotSynced, w.cfg.SyncTimeout)
-	}
-	first := w.sync()
-	go w.run(ctx)
-	return first.Err
+	return <-first
 }
+
+// whyNotSynced asks for the slices once, directly, to say why the
+// informer's list did not come: the informer retries a refused connection
+// without a word, for as long as it is let. It returns the list's error,
+// or nil if the list works now (the informer was only slow) or ctx ended.
+func (w *Watcher) whyNotSynced(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, whyTimeout)
+	defer cancel()
+	_, err := w.client.DiscoveryV1().EndpointSlices(w.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: w.sel.String(), Limit: 1})
+	return err
+}
+
+// whyTimeout bounds whyNotSynced's list.
+const whyTimeout = 5 * time.Second
 
 // run applies changes until ctx ends.
 func (w *Watcher) run(ctx context.Context) {
-	defer close(w.done)
 	for {
 		select {
 		case <-ctx.Done():
@@ -233,92 +222,44 @@ func (w *Watcher) run(ctx context.Context) {
 // Close stops the Watcher and waits for its goroutine. The target keeps
 // its last set. Close is idempotent.
 func (w *Watcher) Close() error {
-	w.mu.Lock()
-	w.started = true // no Start after Close
-	cancel, done := w.cancel, w.done
-	w.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
+	w.life.Close()
 	w.fact.Shutdown()
 	return nil
 }
 
-// sync lists the slices, merges them and brings the target in line:
-// drain the endpoints that turned terminating (while they are still in
-// the set), Update, drain again those that an Update may have brought
-// back (a subset around health picking anew), and enable those that are
-// ready again after a drain.
+// sync lists the slices, merges them and brings the target in line
+// through the Publisher: terminating endpoints drained while they are
+// still in the set, before the Update and again after it (a subset around
+// health picking anew), and enabled once ready again (package discovery's
+// rules).
 func (w *Watcher) sync() Sync {
 	es, err := w.lister.List(w.sel)
 	if err != nil {
 		return w.report(Sync{Err: fmt.Errorf("lbkube: list: %w", err)})
 	}
-	m := merge(es, w.cfg.Port, w.cfg.AddressType)
-	r := Sync{Slices: len(es), Hinted: m.hinted, Problems: m.problems}
-	var set []balancer.Backend
-	var drain, enable []string
-	ready := map[string]bool{}
-	for _, e := range m.endpoints {
-		switch {
-		case e.state == eligible:
-			set = append(set, e.backend())
-			r.Eligible = append(r.Eligible, e.id)
-			ready[e.id] = true
-			if w.drained[e.id] {
-				enable = append(enable, e.id)
-			}
-		case e.state == draining && w.admin != nil && w.inSet[e.id]:
-			// Known and now terminating: keep it, drained. A terminating
-			// endpoint never given to Update has nothing in flight.
-			set = append(set, e.backend())
-			r.Draining = append(r.Draining, e.id)
-			drain = append(drain, e.id)
-		}
-	}
-	var errs []error
-	for _, id := range drain {
-		if !w.drained[id] {
-			errs = append(errs, known(w.admin.Drain(id)))
-			w.markDrained(id)
-		}
-	}
-	if err := w.target.Update(set); err != nil {
-		r.Err = fmt.Errorf("lbkube: update: %w", errors.Join(append(errs, err)...))
-		return w.report(r)
-	}
-	w.inSet = make(map[string]bool, len(set))
-	for _, b := range set {
-		w.inSet[b.ID()] = true
-	}
-	for _, id := range drain {
-		errs = append(errs, known(w.admin.Drain(id)))
-	}
-	for _, id := range enable {
-		errs = append(errs, known(w.admin.Enable(id)))
-		delete(w.drained, id)
-	}
-	if err := errors.Join(errs...); err != nil {
-		r.Err = fmt.Errorf("lbkube: %w", err)
-	}
-	return w.report(r)
+	return w.report(w.apply(es))
 }
 
-// markDrained records a drained ID, keeping the record bounded: the last
-// max(4n, 1024) drained, for a set of n, which outlasts health's own
-// record of removed backends (max(n, 64)), so that an address that comes
-// back (a new pod given a terminated pod's IP) is always enabled.
-func (w *Watcher) markDrained(id string) {
-	w.drained[id] = true
-	w.order = append(w.order, id)
-	for limit := max(4*len(w.inSet), 1024); len(w.order) > limit; {
-		old := w.order[0]
-		w.order = w.order[1:]
-		if !w.inSet[old] {
-			delete(w.drained, old)
+// apply merges the slices and publishes the set: sync's work once the
+// informer's cache has been read (BenchmarkApply measures it).
+func (w *Watcher) apply(es []*discoveryv1.EndpointSlice) Sync {
+	m := merge(es, w.cfg.Port, w.cfg.AddressType)
+	r := Sync{Slices: len(es), Hinted: m.hinted, Problems: m.problems}
+	eps := make([]discovery.Endpoint, 0, len(m.endpoints))
+	for _, e := range m.endpoints {
+		switch e.state {
+		case eligible:
+			eps = append(eps, discovery.Endpoint{Addr: e.id, Locality: balancer.Locality{Zone: e.zone}})
+		case draining:
+			eps = append(eps, discovery.Endpoint{Addr: e.id, Locality: balancer.Locality{Zone: e.zone}, State: discovery.Draining})
 		}
 	}
+	rep, err := w.pub.Publish(eps)
+	r.Eligible, r.Draining = rep.Healthy, rep.Draining
+	if err != nil {
+		r.Err = fmt.Errorf("lbkube: %w", err)
+	}
+	return r
 }
 
 func (w *Watcher) report(r Sync) Sync {

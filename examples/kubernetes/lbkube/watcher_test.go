@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/lbkit/lbkit/balancer"
@@ -41,6 +44,8 @@ func TestNewRefuses(t *testing.T) {
 		{"no service", c, &spy{}, lbkube.Config{Namespace: ns}},
 		{"FQDN", c, &spy{}, lbkube.Config{Namespace: ns, Service: svc, AddressType: discoveryv1.AddressTypeFQDN}},
 		{"negative timeout", c, &spy{}, lbkube.Config{Namespace: ns, Service: svc, SyncTimeout: -1}},
+		{"negative resync", c, &spy{}, lbkube.Config{Namespace: ns, Service: svc, Resync: -time.Second}},
+		{"address type", c, &spy{}, lbkube.Config{Namespace: ns, Service: svc, AddressType: "IPv5"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,6 +56,7 @@ func TestNewRefuses(t *testing.T) {
 				_, err = lbkube.New(tt.client, tt.target, tt.cfg)
 			}
 			assert.ErrorIs(t, err, lbkube.ErrConfig)
+			assert.ErrorIs(t, err, balancer.ErrBadOption)
 		})
 	}
 }
@@ -351,9 +357,30 @@ func TestStartTimesOut(t *testing.T) {
 	start := time.Now()
 	err = w.Start(t.Context())
 	assert.ErrorIs(t, err, lbkube.ErrNotSynced)
+	assert.ErrorContains(t, err, "apiserver unreachable", "why it did not sync")
 	assert.Less(t, time.Since(start), waitFor)
+	assert.ErrorIs(t, w.Start(t.Context()), balancer.ErrStarted, "stopped, and started once")
 	require.NoError(t, w.Close())
-	assert.ErrorIs(t, w.Start(t.Context()), lbkube.ErrStarted)
+	assert.ErrorIs(t, w.Start(t.Context()), balancer.ErrClosed)
+}
+
+// An API server that refuses connections: Start's error says so, and
+// wraps the refusal, rather than only that the list did not come.
+func TestStartSaysWhy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + addr})
+	require.NoError(t, err)
+	w, err := lbkube.New(c, &spy{}, lbkube.Config{Namespace: ns, Service: svc, SyncTimeout: 500 * time.Millisecond})
+	require.NoError(t, err)
+	err = w.Start(t.Context())
+	t.Log(err)
+	require.ErrorIs(t, err, lbkube.ErrNotSynced)
+	assert.ErrorIs(t, err, syscall.ECONNREFUSED, "%v", err)
+	assert.ErrorContains(t, err, "connection refused")
+	require.NoError(t, w.Close())
 }
 
 // With subset around health, the Watcher finds health's Drain through
@@ -388,5 +415,37 @@ func TestDrainThroughSubset(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, member, b.ID())
 		s.Done(b, balancer.Result{})
+	}
+}
+
+// Addresses become IDs through balancer.CanonicalAddr: an upper-case
+// IPv6 address and an IPv4-mapped one are the backends their canonical
+// spellings name, each once, not second backends beside them.
+func TestAddressesCanonical(t *testing.T) {
+	v4 := slice("cart-v4", discoveryv1.AddressTypeIPv4, 80, ep("10.0.0.1", ""))
+	v6 := slice("cart-v6", discoveryv1.AddressTypeIPv6, 80,
+		ep("FD00::1", ""), ep("fd00::1", ""), ep("::ffff:10.0.0.1", ""), ep("0:0::FFFF:a00:2", ""))
+	target := &spy{}
+	r := newRig(t, target, lbkube.Config{}, v4, v6)
+	got := r.awaitEligible("10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:80")
+	assert.Empty(t, got.Problems)
+	assert.Equal(t, []string{"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:80"}, idsOf(target.current()))
+}
+
+// A slice whose port is not from 1 to 65535 is skipped with a problem
+// reported, as a slice without the port is; it makes no backend.
+func TestPortOutOfRange(t *testing.T) {
+	good := slice("cart-good", discoveryv1.AddressTypeIPv4, 80, ep("10.0.0.1", ""))
+	var bad []*discoveryv1.EndpointSlice
+	for i, p := range []int32{0, -1, 70000} {
+		bad = append(bad, slice(fmt.Sprintf("cart-bad-%d", i), discoveryv1.AddressTypeIPv4, p, ep(fmt.Sprintf("10.0.1.%d", i+1), "")))
+	}
+	target := &spy{}
+	r := newRig(t, target, lbkube.Config{}, append([]*discoveryv1.EndpointSlice{good}, bad...)...)
+	got := r.await("with three problems", func(s lbkube.Sync) bool { return len(s.Problems) == 3 && s.Slices == 4 })
+	assert.Equal(t, []string{"10.0.0.1:80"}, got.Eligible, "problems %q", got.Problems)
+	assert.Equal(t, []string{"10.0.0.1:80"}, idsOf(target.current()))
+	for i, p := range []string{"0", "-1", "70000"} {
+		assert.Contains(t, got.Problems[i], fmt.Sprintf("slice cart-bad-%d: port %q is %s", i, "http", p))
 	}
 }

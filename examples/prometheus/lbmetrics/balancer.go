@@ -56,25 +56,17 @@ var (
 // (health.Balancer has: its probes and its applier), so that a decorated
 // stack is started from the top; otherwise it does nothing. The decorator
 // has no background work of its own. Start returns the wrapped Start's
-// error as it is.
-func (b *Balancer) Start(ctx context.Context) error {
-	if s, ok := b.inner.(balancer.Starter); ok {
-		return s.Start(ctx)
-	}
-	return nil
-}
+// error as it is (balancer.StartInner), so that a second Start of the
+// stack returns the inner layer's balancer.ErrStarted.
+func (b *Balancer) Start(ctx context.Context) error { return balancer.StartInner(ctx, b.inner) }
 
 // Close closes the wrapped balancer if it has a Close method
 // (health.Balancer has: it stops its probes and its applier), so that a
 // decorated stack can be shut down from the top; otherwise it does
 // nothing. The series stay registered: unregister the Metrics to drop
-// them.
-func (b *Balancer) Close() error {
-	if c, ok := b.inner.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
+// them. It returns the wrapped Close's error as it is
+// (balancer.CloseInner).
+func (b *Balancer) Close() error { return balancer.CloseInner(b.inner) }
 
 // Unwrap returns the wrapped balancer, so that balancer.As finds it, or a
 // layer inside it, through the decorator: for health's Drain,

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/lbkit/lbkit/balancer/balancertest"
-	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/catalog"
 	"github.com/lbkit/lbkit/examples/prometheus/lbmetrics"
 )
 
@@ -19,7 +19,7 @@ func BenchmarkPickDone(b *testing.B) {
 		name     string
 		sampling int // 0: no decorator
 	}{{"none", 0}, {"sampled", lbmetrics.DefaultPickSampling}, {"every", 1}}
-	for _, a := range bench.Algorithms() {
+	for _, a := range catalog.Algorithms() {
 		for _, w := range wraps {
 			b.Run("algo="+a.Name+"/wrap="+w.name, func(b *testing.B) {
 				newBalancer := a.New

@@ -7,7 +7,7 @@ import (
 
 	"github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/balancer/balancertest"
-	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/catalog"
 	"github.com/lbkit/lbkit/examples/prometheus/lbmetrics"
 	"github.com/lbkit/lbkit/health"
 	"github.com/lbkit/lbkit/leastconn"
@@ -31,7 +31,7 @@ func wrap(t testing.TB, cfg lbmetrics.Config, newInner func() balancer.Balancer)
 // makes the kit take 20 s under -race, for the same decorator code.)
 func TestConformance(t *testing.T) {
 	some := map[string]bool{"rr": true, "wrr": true, "leastconn": true, "iphash": true, "ring-bounded": true, "lrt": true}
-	for _, a := range bench.Algorithms() {
+	for _, a := range catalog.Algorithms() {
 		if !some[a.Name] {
 			continue
 		}

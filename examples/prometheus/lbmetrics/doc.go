@@ -121,7 +121,7 @@
 // exact figure, and compare with BenchmarkPickDone's wrap=none on the same
 // machine.
 //
-// # Measurements
+// # Benchmarks
 //
 // BenchmarkPickDone runs balancertest.Benchmark over each algorithm bare
 // (wrap=none), wrapped with the default sampling (wrap=sampled), and
@@ -129,26 +129,10 @@
 //
 //	go test -run '^$' -bench 'PickDone/algo=(rr|leastconn)/.*/n=(4|1024)/' -count 3 ./lbmetrics/
 //
-// Medians of 3 runs on a shared 2-core virtual machine that other jobs
-// were loading (single runs there move by 10 to 30%), in ns per Pick+Done:
-//
-//	algo       n     mode      none  sampled  every
-//	rr         4     serial      29      173    362
-//	rr         1024  serial      28      253    403
-//	leastconn  4     serial     106      267    443
-//	leastconn  1024  serial      90      316    496
-//	rr         4     parallel    38      285    480
-//	rr         1024  parallel    57      269    475
-//	leastconn  4     parallel   141      412    597
-//	leastconn  1024  parallel    86      432    539
-//
-// So the decorator adds 150 to 350 ns per request there, none of it
-// allocation; a CPU profile puts about a third of it in the latency
-// histogram's Observe, and most of the rest in the per-backend atomic
-// operations and the two map reads, which are slow on that machine.
-// Timing every Pick costs about 150 to 200 ns more (two clock readings
-// and a histogram shared by every Pick), hence one Pick in 8 by default.
-// Against one request through lbhttp's proxy on loopback, on the same
-// machine (about 116 µs: BenchmarkProxy in examples/lbhttp), that is 0.1
-// to 0.3%.
+// None of it allocates. What the decorator adds per request is the
+// latency histogram's Observe, the per-backend atomic operations and the
+// two map reads; timing every Pick adds two clock readings and a
+// histogram shared by every Pick, hence one Pick in 8 by default. Set
+// the difference beside one request through lbhttp's proxy on loopback
+// (lbhttp's BenchmarkProxy) on the same machine to judge it.
 package lbmetrics

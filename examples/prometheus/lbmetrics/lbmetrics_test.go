@@ -250,7 +250,7 @@ func TestNewErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m, err := lbmetrics.New(tt.cfg)
-			require.Error(t, err)
+			require.ErrorIs(t, err, balancer.ErrBadOption)
 			assert.Nil(t, m)
 			assert.Regexp(t, "^lbmetrics: ", err.Error())
 		})
@@ -533,7 +533,7 @@ func TestCloseReachesInner(t *testing.T) {
 	b, err := m.Wrap(h)
 	require.NoError(t, err)
 	require.NoError(t, b.Close())
-	assert.ErrorIs(t, h.Start(context.Background()), health.ErrClosed, "the inner balancer was closed")
+	assert.ErrorIs(t, h.Start(context.Background()), balancer.ErrClosed, "the inner balancer was closed")
 
 	plain, err := lbmetrics.New(lbmetrics.Config{})
 	require.NoError(t, err)

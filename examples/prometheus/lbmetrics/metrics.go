@@ -129,9 +129,9 @@ const numStates = int(health.Maintenance) + 1
 // New returns the metrics described by cfg, not yet registered: register
 // them with reg.MustRegister(m) (or Register, to handle a clash), and
 // decorate the balancer with Wrap. New returns an error, and no Metrics,
-// if a name or label in cfg is not valid Prometheus, if ConstLabels uses
-// backend, state or reason, if buckets are not increasing, or if
-// PickSampling is negative.
+// wrapping balancer.ErrBadOption, if a name or label in cfg is not valid
+// Prometheus, if ConstLabels uses backend, state or reason, if buckets are
+// not increasing, or if PickSampling is negative.
 func New(cfg Config) (*Metrics, error) {
 	ns := cfg.Namespace
 	if ns == "" {
@@ -142,25 +142,25 @@ func New(cfg Config) (*Metrics, error) {
 		latency = DefaultLatencyBuckets()
 	}
 	if err := checkBuckets(latency); err != nil {
-		return nil, fmt.Errorf("lbmetrics: LatencyBuckets: %w", err)
+		return nil, fmt.Errorf("lbmetrics: %w: LatencyBuckets: %w", balancer.ErrBadOption, err)
 	}
 	pick := cfg.PickBuckets
 	if pick == nil {
 		pick = DefaultPickBuckets()
 	}
 	if err := checkBuckets(pick); err != nil {
-		return nil, fmt.Errorf("lbmetrics: PickBuckets: %w", err)
+		return nil, fmt.Errorf("lbmetrics: %w: PickBuckets: %w", balancer.ErrBadOption, err)
 	}
 	sampling := cfg.PickSampling
 	switch {
 	case sampling < 0:
-		return nil, fmt.Errorf("lbmetrics: PickSampling %d is negative", sampling)
+		return nil, fmt.Errorf("lbmetrics: %w: PickSampling %d is negative", balancer.ErrBadOption, sampling)
 	case sampling == 0:
 		sampling = DefaultPickSampling
 	}
 	for name := range cfg.ConstLabels {
 		if name == labelBackend || name == labelState || name == labelReason {
-			return nil, fmt.Errorf("lbmetrics: ConstLabels: %q is a label lbmetrics sets itself", name)
+			return nil, fmt.Errorf("lbmetrics: %w: ConstLabels: %q is a label lbmetrics sets itself", balancer.ErrBadOption, name)
 		}
 	}
 
@@ -203,7 +203,7 @@ func New(cfg Config) (*Metrics, error) {
 	// A registry of our own finds what a Desc refused (a bad namespace, a
 	// bad constant label) now, rather than at the user's registration.
 	if err := prometheus.NewPedanticRegistry().Register(m); err != nil {
-		return nil, fmt.Errorf("lbmetrics: %w", err)
+		return nil, fmt.Errorf("lbmetrics: %w: %w", balancer.ErrBadOption, err)
 	}
 	return m, nil
 }

@@ -69,7 +69,7 @@ func TestStacking(t *testing.T) {
 			require.True(t, ok, "the top has Start")
 			require.NoError(t, starter.Start(context.Background()))
 			assert.Equal(t, int64(1), s.inner.starts.Load(), "Start reached the innermost picker")
-			assert.ErrorIs(t, s.h.Start(context.Background()), health.ErrStarted, "Start reached health")
+			assert.ErrorIs(t, s.h.Start(context.Background()), balancer.ErrStarted, "Start reached health")
 
 			h, ok := balancer.As[*health.Balancer](s.top)
 			require.True(t, ok)
@@ -99,7 +99,7 @@ func TestStacking(t *testing.T) {
 			require.NoError(t, closer.Close())
 			require.NoError(t, closer.Close())
 			assert.Equal(t, int64(1), s.inner.closes.Load(), "Close reached the innermost picker, once")
-			assert.ErrorIs(t, s.h.Start(context.Background()), health.ErrClosed, "Close reached health")
+			assert.ErrorIs(t, s.h.Start(context.Background()), balancer.ErrClosed, "Close reached health")
 		})
 	}
 }
@@ -115,8 +115,8 @@ func TestStartReachesInner(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close()
 	require.NoError(t, b.Start(context.Background()))
-	assert.ErrorIs(t, h.Start(context.Background()), health.ErrStarted, "the inner balancer was started")
-	assert.ErrorIs(t, b.Start(context.Background()), health.ErrStarted, "its error comes back as it is")
+	assert.ErrorIs(t, h.Start(context.Background()), balancer.ErrStarted, "the inner balancer was started")
+	assert.ErrorIs(t, b.Start(context.Background()), balancer.ErrStarted, "its error comes back as it is")
 
 	plain, err := lbmetrics.New(lbmetrics.Config{})
 	require.NoError(t, err)

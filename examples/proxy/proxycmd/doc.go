@@ -2,8 +2,8 @@
 // load-balancing HTTP proxy, so that a command is a main of a few lines:
 // the flags (-listen, -backends or -dns, -algo, -key, -trusted-proxies,
 // -health-path, -health-interval, -max-attempts, the timeouts, the retry
-// budget and hedging), an algorithm of
-// bench.Algorithms() wrapped in health, lbhttp.NewProxy in front of it, and
+// budget, hedging, -route-header and -sticky-cookie), an algorithm of
+// catalog.Algorithms() wrapped in health, lbhttp.NewProxy in front of it, and
 // a graceful shutdown on SIGINT or SIGTERM. Command proxy (examples/proxy)
 // is this package and nothing else; lbkit-metrics-proxy (examples/prometheus)
 // adds a flag, Prometheus metrics around the picker, and /metrics.
@@ -52,12 +52,18 @@
 //     backend's response headers, -request-timeout 15s over every attempt,
 //     -idle-timeout 60s of a body that sends nothing (0 turns each off);
 //     a timeout is a failure of that backend (504 when no attempt is
-//     left), which passive ejection counts. So is the retry budget:
+//     left), which passive ejection counts. The first -hold-bytes (64 KiB)
+//     of a response to an idempotent request are read within the attempt
+//     timeout before the response is passed on, so that a body that
+//     stalls there is retried elsewhere (0 turns it off: do so for
+//     streams that send their headers first and their body slowly). So is the retry budget:
 //     retries and hedges at most -retry-budget (0.2) of the requests plus
 //     -retry-budget-min (10) a second, over 10 s (-retry-budget 0 turns it
 //     off). Hedging is off unless -hedge-after or -hedge-percentile is set.
 //     It sends over HTTP/1.1, keeping up to 256 idle connections per
 //     backend (lbhttp.NewBase), or over HTTP/2 without TLS with -h2c.
+//     -sticky-cookie NAME puts a sticky.Balancer between health and the
+//     algorithm and turns lbhttp's sticky cookie on (lbhttp.Config.Sticky).
 //   - The proxy and each of Options.Servers get a listener of their own; if
 //     any address cannot be listened on, nothing is served and Run returns
 //     ExitError. When the context ends (Main: SIGINT or SIGTERM), or one

@@ -35,7 +35,7 @@ func Example() {
 	fmt.Println("algo:", c.Algorithm.Name, "key:", c.Key, "trusted:", c.TrustedProxies)
 	fmt.Println("health:", c.HealthPath == "", c.HealthInterval, "attempts:", c.MaxAttempts)
 	// Output:
-	// listen: 127.0.0.1:8080 admin: :9000
+	// listen: 127.0.0.1:8000 admin: :9000
 	// backend: 10.0.0.1:8080 weight 1
 	// backend: 10.0.0.2:8080 weight 3
 	// algo: wrr key: cookie:session trusted: [10.0.0.0/8 192.0.2.1/32]

@@ -13,14 +13,16 @@ import (
 	"time"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/bench"
-	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/catalog"
 	"github.com/lbkit/lbkit/health"
+	"github.com/lbkit/lbkit/lbhttp"
 )
 
 // DefaultListen is where the proxy serves without -listen: loopback only,
-// so that nothing is exposed by surprise.
-const DefaultListen = "127.0.0.1:8080"
+// so that nothing is exposed by surprise, on the port of the README's
+// quick start (and of lbkit-k8s-demo), clear of the 8080 many backends
+// take.
+const DefaultListen = "127.0.0.1:8000"
 
 // MinDNSInterval is the shortest -dns-interval Parse accepts. Each lookup
 // is bounded by the shorter of lbhttp.DefaultRefreshTimeout and the
@@ -43,8 +45,8 @@ type Config struct {
 	DNSHost     string
 	DNSPort     uint16
 	DNSInterval time.Duration
-	// Algorithm is the picker (-algo), one of bench.Algorithms().
-	Algorithm bench.Algorithm
+	// Algorithm is the picker (-algo), one of catalog.Algorithms().
+	Algorithm catalog.Algorithm
 	// Key is the affinity key as given (-key): "ip", "header:NAME" or
 	// "cookie:NAME". KeyFunc turns it into an lbhttp.KeyFunc.
 	Key string
@@ -65,6 +67,11 @@ type Config struct {
 	// fields (-attempt-timeout, -request-timeout, -idle-timeout): zero is
 	// lbhttp's default, negative none (what a flag set to 0 gives).
 	AttemptTimeout, RequestTimeout, IdleTimeout time.Duration
+	// HoldBytes is lbhttp.Config's (-hold-bytes): how much of a response
+	// to a GET the proxy reads within the attempt timeout before it
+	// passes the response on, so that a stall inside it is retried. Zero
+	// is lbhttp's default, negative none (what the flag set to 0 gives).
+	HoldBytes int
 	// RetryBudget is the share of requests that may be retried or hedged
 	// (-retry-budget), RetryBudgetMin the retries a second allowed on top
 	// (-retry-budget-min): an lbhttp.BudgetConfig's Ratio and
@@ -79,6 +86,16 @@ type Config struct {
 	// H2C sends to the backends over HTTP/2 without TLS (-h2c), as
 	// lbhttp.Config.H2C: every backend must accept it.
 	H2C bool
+	// RouteHeader is lbhttp.Config.RouteHeader (-route-header): the
+	// header whose value is each request's balancer.Request.Route, for a
+	// picker that routes by label (a route.Balancer a command's Wrap
+	// puts in). Empty: off.
+	RouteHeader string
+	// StickyCookie turns sticky sessions on, by a cookie of this name
+	// (-sticky-cookie): the algorithm is wrapped in a sticky.Balancer
+	// inside health, and lbhttp.Config.Sticky set, with a key drawn at
+	// start, so that the cookies hold for this process only. Empty: off.
+	StickyCookie string
 }
 
 // proxyConfig returns c's settings of the lbhttp Transport: timeouts,
@@ -89,10 +106,15 @@ func (c Config) proxyConfig() (lbhttp.Config, error) {
 		AttemptTimeout:  c.AttemptTimeout,
 		RequestTimeout:  c.RequestTimeout,
 		IdleTimeout:     c.IdleTimeout,
+		HoldBytes:       c.HoldBytes,
 		NoBudget:        c.NoBudget,
 		HedgeAfter:      c.HedgeAfter,
 		HedgePercentile: c.HedgePercentile,
 		H2C:             c.H2C,
+		RouteHeader:     c.RouteHeader,
+	}
+	if c.StickyCookie != "" {
+		pc.Sticky = &lbhttp.StickyConfig{Name: c.StickyCookie}
 	}
 	if !c.NoBudget {
 		b, err := lbhttp.NewBudget(lbhttp.BudgetConfig{Ratio: c.RetryBudget, MinPerSecond: c.RetryBudgetMin})
@@ -154,11 +176,14 @@ func NewFlags(name string) *Flags {
 	fs.DurationVar(&f.c.AttemptTimeout, "attempt-timeout", lbhttp.DefaultAttemptTimeout, "longest wait for a backend's response headers, per attempt (0: none)")
 	fs.DurationVar(&f.c.RequestTimeout, "request-timeout", lbhttp.DefaultRequestTimeout, "longest wait for the response headers over every attempt (0: none)")
 	fs.DurationVar(&f.c.IdleTimeout, "idle-timeout", lbhttp.DefaultIdleTimeout, "longest a backend may leave a response body waiting (0: none)")
+	fs.IntVar(&f.c.HoldBytes, "hold-bytes", lbhttp.DefaultHoldBytes, "`bytes` of a response to an idempotent request read within -attempt-timeout before it is passed on, so that a stall inside them is retried (0: none; turn it off for streams)")
 	fs.Float64Var(&f.c.RetryBudget, "retry-budget", lbhttp.DefaultBudgetRatio, "`share` of requests that may be retried or hedged (0: no budget)")
 	fs.Float64Var(&f.c.RetryBudgetMin, "retry-budget-min", lbhttp.DefaultBudgetMinPerSecond, "retries a second allowed beyond the budget's share")
 	fs.DurationVar(&f.c.HedgeAfter, "hedge-after", 0, "send a hedge to another backend after this wait for the headers (0: no hedging)")
 	fs.Float64Var(&f.c.HedgePercentile, "hedge-percentile", 0, "hedge after this `percentile` of recent latencies, e.g. 95 (0: no hedging)")
 	fs.BoolVar(&f.c.H2C, "h2c", false, "send to the backends over HTTP/2 without TLS (every backend must accept it)")
+	fs.StringVar(&f.c.RouteHeader, "route-header", "", "`header` whose value names the set of backends a request asks for, for a picker that routes by label (empty: off)")
+	fs.StringVar(&f.c.StickyCookie, "sticky-cookie", "", "pin each client session to a backend by a cookie of this `name` (empty: off)")
 	return f
 }
 
@@ -207,7 +232,7 @@ func (f *Flags) convert(c *Config) error {
 	}
 
 	var found bool
-	if c.Algorithm, found = bench.Lookup(f.algo); !found {
+	if c.Algorithm, found = catalog.Lookup(f.algo); !found {
 		return fmt.Errorf("-algo: unknown algorithm %q; one of %s", f.algo, strings.Join(algoNames(), ", "))
 	}
 
@@ -254,12 +279,25 @@ func (f *Flags) convert(c *Config) error {
 		}
 	}
 	switch {
+	case c.HoldBytes < 0:
+		return fmt.Errorf("-hold-bytes: %d is negative; 0 turns it off", c.HoldBytes)
+	case c.HoldBytes > lbhttp.MaxHoldBytes:
+		return fmt.Errorf("-hold-bytes: %d is above %d", c.HoldBytes, lbhttp.MaxHoldBytes)
+	case c.HoldBytes == 0:
+		c.HoldBytes = -1
+	}
+	switch {
 	case c.RetryBudget < 0 || math.IsNaN(c.RetryBudget) || math.IsInf(c.RetryBudget, 0):
 		return fmt.Errorf("-retry-budget: %v is not a share of 0 (no budget) or more", c.RetryBudget)
 	case c.RetryBudget == 0:
 		c.NoBudget = true
 	case !(c.RetryBudgetMin > 0) || math.IsInf(c.RetryBudgetMin, 0):
 		return fmt.Errorf("-retry-budget-min: %v is not a positive rate", c.RetryBudgetMin)
+	}
+	for _, n := range []struct{ flag, v string }{{"-route-header", c.RouteHeader}, {"-sticky-cookie", c.StickyCookie}} {
+		if n.v != "" && strings.IndexFunc(n.v, notToken) >= 0 {
+			return fmt.Errorf("%s: %q is not a token (letters, digits and !#$%%&'*+-.^_`|~)", n.flag, n.v)
+		}
 	}
 	if c.HedgeAfter < 0 {
 		return fmt.Errorf("-hedge-after: %v is negative; 0 turns hedging off", c.HedgeAfter)
@@ -272,7 +310,7 @@ func (f *Flags) convert(c *Config) error {
 
 func algoNames() []string {
 	var names []string
-	for _, a := range bench.Algorithms() {
+	for _, a := range catalog.Algorithms() {
 		names = append(names, a.Name)
 	}
 	return names
@@ -347,4 +385,10 @@ func parsePrefix(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("%q is neither an address nor a CIDR prefix", s)
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// notToken reports whether r may not appear in an RFC 9110 token: a
+// header or cookie name.
+func notToken(r rune) bool {
+	return r <= ' ' || r >= 0x7f || strings.ContainsRune(`()<>@,;:\"/[]?={}`, r)
 }

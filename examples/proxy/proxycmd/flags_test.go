@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/bench"
-	"github.com/lbkit/lbkit/examples/lbhttp"
+	"github.com/lbkit/lbkit/catalog"
 	"github.com/lbkit/lbkit/health"
+	"github.com/lbkit/lbkit/lbhttp"
 )
 
 // TestParseErrors checks that each mistake gets an error naming the flag
@@ -59,10 +59,14 @@ func TestParseErrors(t *testing.T) {
 		{"negative attempt timeout", []string{"-backends", "a:1", "-attempt-timeout", "-1s"}, "-attempt-timeout: -1s is negative; 0 turns it off"},
 		{"negative request timeout", []string{"-backends", "a:1", "-request-timeout", "-1s"}, "-request-timeout: -1s is negative; 0 turns it off"},
 		{"negative idle timeout", []string{"-backends", "a:1", "-idle-timeout", "-5ms"}, "-idle-timeout: -5ms is negative; 0 turns it off"},
+		{"negative hold", []string{"-backends", "a:1", "-hold-bytes", "-1"}, "-hold-bytes: -1 is negative; 0 turns it off"},
+		{"hold too large", []string{"-backends", "a:1", "-hold-bytes", "16777217"}, "-hold-bytes: 16777217 is above 16777216"},
 		{"negative budget", []string{"-backends", "a:1", "-retry-budget", "-0.1"}, "-retry-budget: -0.1 is not a share of 0 (no budget) or more"},
 		{"budget without a minimum", []string{"-backends", "a:1", "-retry-budget-min", "0"}, "-retry-budget-min: 0 is not a positive rate"},
 		{"negative hedge delay", []string{"-backends", "a:1", "-hedge-after", "-1ms"}, "-hedge-after: -1ms is negative; 0 turns hedging off"},
 		{"hedge percentile 100", []string{"-backends", "a:1", "-hedge-percentile", "100"}, "-hedge-percentile: 100 is not between 0 (off) and 100"},
+		{"route header with a space", []string{"-backends", "a:1", "-route-header", "X Canary"}, `-route-header: "X Canary" is not a token`},
+		{"sticky cookie with =", []string{"-backends", "a:1", "-sticky-cookie", "a=b"}, `-sticky-cookie: "a=b" is not a token`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,8 +87,9 @@ func TestParse(t *testing.T) {
 		"-listen", "[::1]:9000", "-backends", " 10.0.0.1:80 ,host.internal:81=7",
 		"-algo", "ring", "-key", "header:X-User", "-trusted-proxies", "10.1.2.3/8, 192.0.2.1,2001:db8::1",
 		"-health-path", "/healthz", "-health-interval", "2s", "-max-attempts", "1",
-		"-attempt-timeout", "2s", "-request-timeout", "0", "-idle-timeout", "30s",
+		"-attempt-timeout", "2s", "-request-timeout", "0", "-idle-timeout", "30s", "-hold-bytes", "4096",
 		"-retry-budget", "0.1", "-retry-budget-min", "2", "-hedge-percentile", "95", "-hedge-after", "5ms", "-h2c",
+		"-route-header", "X-Canary", "-sticky-cookie", "srv",
 	}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "[::1]:9000", c.Listen)
@@ -103,17 +108,21 @@ func TestParse(t *testing.T) {
 	assert.Equal(t, 2*time.Second, c.AttemptTimeout)
 	assert.Negative(t, c.RequestTimeout, "0 turns it off: negative for lbhttp")
 	assert.Equal(t, 30*time.Second, c.IdleTimeout)
+	assert.Equal(t, 4096, c.HoldBytes)
 	assert.Equal(t, 0.1, c.RetryBudget)
 	assert.Equal(t, 2.0, c.RetryBudgetMin)
 	assert.False(t, c.NoBudget)
 	assert.Equal(t, 95.0, c.HedgePercentile)
 	assert.Equal(t, 5*time.Millisecond, c.HedgeAfter)
 	assert.True(t, c.H2C)
+	assert.Equal(t, "X-Canary", c.RouteHeader)
+	assert.Equal(t, "srv", c.StickyCookie)
 
-	c, err = NewFlags("p").Parse([]string{"-backends", "a:1", "-retry-budget", "0", "-attempt-timeout", "0"}, io.Discard)
+	c, err = NewFlags("p").Parse([]string{"-backends", "a:1", "-retry-budget", "0", "-attempt-timeout", "0", "-hold-bytes", "0"}, io.Discard)
 	require.NoError(t, err)
 	assert.True(t, c.NoBudget)
 	assert.Negative(t, c.AttemptTimeout)
+	assert.Negative(t, c.HoldBytes, "0 turns it off: negative for lbhttp")
 
 	c, err = NewFlags("p").Parse([]string{"-dns", "api.internal:8080"}, io.Discard)
 	require.NoError(t, err)
@@ -132,6 +141,7 @@ func TestParse(t *testing.T) {
 	assert.Equal(t, lbhttp.DefaultAttemptTimeout, c.AttemptTimeout)
 	assert.Equal(t, lbhttp.DefaultRequestTimeout, c.RequestTimeout)
 	assert.Equal(t, lbhttp.DefaultIdleTimeout, c.IdleTimeout)
+	assert.Equal(t, lbhttp.DefaultHoldBytes, c.HoldBytes)
 	assert.Equal(t, lbhttp.DefaultBudgetRatio, c.RetryBudget)
 	assert.Equal(t, float64(lbhttp.DefaultBudgetMinPerSecond), c.RetryBudgetMin)
 	assert.False(t, c.NoBudget)
@@ -143,7 +153,7 @@ func TestParse(t *testing.T) {
 // TestEveryAlgorithmAccepted checks that -algo takes every name the bench
 // lists, so the commands never lag behind the library.
 func TestEveryAlgorithmAccepted(t *testing.T) {
-	for _, a := range bench.Algorithms() {
+	for _, a := range catalog.Algorithms() {
 		c, err := NewFlags("p").Parse([]string{"-backends", "127.0.0.1:1=2,127.0.0.1:2", "-algo", a.Name}, io.Discard)
 		require.NoError(t, err, a.Name)
 		assert.Equal(t, a.Name, c.Algorithm.Name)

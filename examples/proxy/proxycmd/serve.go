@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,8 +17,9 @@ import (
 	"time"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/examples/lbhttp"
 	"github.com/lbkit/lbkit/health"
+	"github.com/lbkit/lbkit/lbhttp"
+	"github.com/lbkit/lbkit/sticky"
 )
 
 // Exit statuses of Run.
@@ -189,7 +191,15 @@ func Start(ctx context.Context, c Config, log *slog.Logger, o Options) (p *Proxy
 		hcfg.Probe = health.HTTP(health.HTTPCheck{Path: c.HealthPath})
 		hcfg.Interval = c.HealthInterval
 	}
-	h, err := health.New(c.Algorithm.New(), hcfg)
+	algo := c.Algorithm.New()
+	if c.StickyCookie != "" {
+		// Inside health, which hands it the eligible backends: a
+		// session's backend while it is one of them.
+		if algo, err = sticky.New(algo); err != nil {
+			return nil, err
+		}
+	}
+	h, err := health.New(algo, hcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -207,9 +217,7 @@ func Start(ctx context.Context, c Config, log *slog.Logger, o Options) (p *Proxy
 		}
 		// Decorators pass Close on (balancer's doc, "Decorators"): closing
 		// the top closes health, and whatever the decorator runs itself.
-		if c, ok := lb.(io.Closer); ok {
-			cleanups = append(cleanups, func() { c.Close() })
-		}
+		cleanups = append(cleanups, func() { balancer.CloseInner(lb) })
 	}
 	if c.DNSHost == "" {
 		if err := lb.Update(c.Backends); err != nil {
@@ -226,12 +234,12 @@ func Start(ctx context.Context, c Config, log *slog.Logger, o Options) (p *Proxy
 	// decorator passes Start on; then health itself, unless that did, so
 	// that a decorator of the command's own that does not pass Start on
 	// still gets working health checks.
-	if s, ok := lb.(balancer.Starter); ok && o.Wrap != nil {
-		if err := s.Start(bg); err != nil {
+	if o.Wrap != nil {
+		if err := balancer.StartInner(bg, lb); err != nil {
 			return nil, err
 		}
 	}
-	if err := h.Start(bg); err != nil && !errors.Is(err, health.ErrStarted) {
+	if err := h.Start(bg); err != nil && !errors.Is(err, balancer.ErrStarted) {
 		return nil, err
 	}
 
@@ -245,6 +253,11 @@ func Start(ctx context.Context, c Config, log *slog.Logger, o Options) (p *Proxy
 		return nil, err
 	}
 	cleanups = append(cleanups, proxy.Transport.(*lbhttp.Transport).CloseIdleConnections)
+	// What the ReverseProxy and the servers log themselves (a body that
+	// breaks off, a handler's panic) goes to the same logger, at Warn,
+	// not through package log.
+	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	proxy.ErrorLog = errorLog
 
 	servers := append([]Server{{Name: "proxy", Addr: c.Listen, Handler: proxy}}, o.Servers...)
 	lns := make([]net.Listener, len(servers))
@@ -263,7 +276,7 @@ func Start(ctx context.Context, c Config, log *slog.Logger, o Options) (p *Proxy
 	}
 	log.Info("listening", logged...)
 	go func() {
-		p.err = serveAll(ctx, servers, lns)
+		p.err = serveAll(ctx, servers, lns, errorLog)
 		cleanup()
 		close(p.done)
 	}()
@@ -291,12 +304,13 @@ func startRefresher(ctx, bg context.Context, c Config, lb balancer.Updater, log 
 }
 
 // serveAll serves each server on its listener until ctx ends or one stops
-// on its own; then it shuts them all down and waits for them.
-func serveAll(ctx context.Context, servers []Server, lns []net.Listener) error {
+// on its own; then it shuts them all down and waits for them. The servers
+// log their own errors on errorLog.
+func serveAll(ctx context.Context, servers []Server, lns []net.Listener, errorLog *stdlog.Logger) error {
 	srvs := make([]*http.Server, len(servers))
 	served := make(chan error, len(servers))
 	for i, s := range servers {
-		srvs[i] = &http.Server{Handler: s.Handler, ReadHeaderTimeout: 10 * time.Second}
+		srvs[i] = &http.Server{Handler: s.Handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errorLog}
 		go func() { served <- srvs[i].Serve(lns[i]) }()
 	}
 	pending := len(srvs)

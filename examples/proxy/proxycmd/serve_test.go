@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -20,7 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lbkit/lbkit/balancer"
-	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/catalog"
 	"github.com/lbkit/lbkit/health"
 )
 
@@ -232,12 +234,12 @@ func TestServeStartsAndClosesWrap(t *testing.T) {
 				}
 				return &recorder{inner: hb}, nil
 			}})
-			assert.ErrorIs(t, h.Start(context.Background()), health.ErrStarted, "health was started")
+			assert.ErrorIs(t, h.Start(context.Background()), balancer.ErrStarted, "health was started")
 			if passesOn {
 				assert.Equal(t, int64(1), st.starts.Load())
 			}
 			stop()
-			assert.ErrorIs(t, h.Start(context.Background()), health.ErrClosed, "health was closed")
+			assert.ErrorIs(t, h.Start(context.Background()), balancer.ErrClosed, "health was closed")
 			if passesOn {
 				assert.Equal(t, int64(1), st.closes.Load())
 			}
@@ -246,10 +248,10 @@ func TestServeStartsAndClosesWrap(t *testing.T) {
 }
 
 // TestServeEveryAlgorithm serves a request through the proxy with each
-// algorithm of bench.Algorithms().
+// algorithm of catalog.Algorithms().
 func TestServeEveryAlgorithm(t *testing.T) {
 	b1, b2 := backend(t, "one"), backend(t, "two")
-	for _, a := range bench.Algorithms() {
+	for _, a := range catalog.Algorithms() {
 		t.Run(a.Name, func(t *testing.T) {
 			c, err := NewFlags("p").Parse([]string{"-listen", "127.0.0.1:0", "-backends", hostOf(b1) + "," + hostOf(b2), "-algo", a.Name}, io.Discard)
 			require.NoError(t, err)
@@ -325,6 +327,44 @@ func TestServeH2C(t *testing.T) {
 		require.NoError(t, err)
 		addrs, stop := startServe(t, c, Options{})
 		assert.Equal(t, tt.want, get(t, client, "http://"+addrs[0]+"/"), "%v", tt.flags)
+		stop()
+	}
+}
+
+// TestServeSticky checks that -sticky-cookie pins a client to one of
+// three backends by a cookie of that name, and that without it the
+// requests spread.
+func TestServeSticky(t *testing.T) {
+	var backends []string
+	for i := range 3 {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "b%d", i) }))
+		defer s.Close()
+		backends = append(backends, hostOf(s))
+	}
+	for _, tt := range []struct {
+		flags  []string
+		pinned bool
+	}{{nil, false}, {[]string{"-sticky-cookie", "srv"}, true}} {
+		c, err := NewFlags("p").Parse(append([]string{"-listen", "127.0.0.1:0", "-algo", "rr", "-backends", strings.Join(backends, ",")}, tt.flags...), io.Discard)
+		require.NoError(t, err)
+		addrs, stop := startServe(t, c, Options{})
+		jar, err := cookiejar.New(nil)
+		require.NoError(t, err)
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}, Jar: jar}
+		seen := map[string]bool{}
+		for range 9 {
+			seen[get(t, client, "http://"+addrs[0]+"/")] = true
+		}
+		u, _ := url.Parse("http://" + addrs[0] + "/")
+		if tt.pinned {
+			assert.Len(t, seen, 1, "%v", seen)
+			require.Len(t, jar.Cookies(u), 1)
+			assert.Equal(t, "srv", jar.Cookies(u)[0].Name)
+		} else {
+			assert.Len(t, seen, 3, "rr spreads: %v", seen)
+			assert.Empty(t, jar.Cookies(u))
+		}
+		client.CloseIdleConnections()
 		stop()
 	}
 }

@@ -1,7 +1,9 @@
 // Command lbkit-k8s-demo is a reverse proxy in front of a Kubernetes
 // Service, fed by the Service's EndpointSlices: health around a locality
 // Balancer around leastconn, a picker per zone, kept in step by
-// lbkube.Watcher. It prints every sync.
+// lbkube.Watcher. It prints every sync, and when the first list of the
+// slices does not come within 30 s, why (lbkube.Watcher.Start: a refused
+// connection to the API server, a list RBAC forbids).
 //
 //	go run ./cmd/lbkit-k8s-demo -kubeconfig ~/.kube/config -namespace shop -service cart -port http -zone us-east-1a
 //	curl http://127.0.0.1:8000/

@@ -18,8 +18,8 @@ import (
 
 	"github.com/lbkit/lbkit/balancer"
 	"github.com/lbkit/lbkit/examples/kubernetes/lbkube"
-	"github.com/lbkit/lbkit/examples/lbhttp"
 	"github.com/lbkit/lbkit/health"
+	"github.com/lbkit/lbkit/lbhttp"
 	"github.com/lbkit/lbkit/leastconn"
 	"github.com/lbkit/lbkit/locality"
 )

@@ -8,7 +8,7 @@
 //
 // Flags: examples/proxy's, and -metrics-listen.
 //
-//	-listen addr            where to serve the proxy (default 127.0.0.1:8080)
+//	-listen addr            where to serve the proxy (default 127.0.0.1:8000)
 //	-metrics-listen addr    where to serve /metrics (default 127.0.0.1:9464)
 //	-backends list          host:port[=weight],... a static set
 //	-dns host:port          resolve host every -dns-interval instead (default 30s)

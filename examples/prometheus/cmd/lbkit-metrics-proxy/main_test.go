@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lbkit/lbkit/bench"
+	"github.com/lbkit/lbkit/catalog"
 	"github.com/lbkit/lbkit/examples/prometheus/internal/scrape"
 	"github.com/lbkit/lbkit/examples/proxy/proxycmd"
 )
@@ -56,7 +56,7 @@ func TestHelp(t *testing.T) {
 // TestEveryAlgorithmAccepted checks that every algorithm of the bench
 // parses, and gets its metrics and its algo label.
 func TestEveryAlgorithmAccepted(t *testing.T) {
-	for _, a := range bench.Algorithms() {
+	for _, a := range catalog.Algorithms() {
 		f, metricsListen := flags()
 		c, err := f.Parse([]string{"-backends", "127.0.0.1:1=2,127.0.0.1:2", "-algo", a.Name, "-metrics-listen", ":1"}, io.Discard)
 		require.NoError(t, err, a.Name)
