@@ -51,11 +51,25 @@ var policies = []struct {
 // while calls come one at a time.
 func warm(t *testing.T, cc *grpc.ClientConn, bs []*backend, md func(int) []string) {
 	t.Helper()
+	// Each round keys its calls anew (for a hash policy, the next 24 of
+	// md's keys), so that no one set of keys decides whether every
+	// backend is reached.
+	round := 0
 	eventually(t, "every backend to serve", func() bool {
-		c := load(t, cc, 8, 24, md)
+		var keyed func(int) []string
+		if md != nil {
+			r := round
+			keyed = func(i int) []string { return md(r*24 + i) }
+		}
+		round++
+		c := load(t, cc, 8, 24, keyed)
 		require.Zero(t, c.failed, "errors: %v", c.errs)
 		for _, b := range bs {
 			if b.served.Load() == 0 {
+				if round%100 == 0 {
+					// For the timeout's reader: which backend, and where the calls went.
+					t.Logf("round %d: %s (%s) has served nothing; this round: %v", round, b.name, b.addr, c)
+				}
 				return false
 			}
 		}

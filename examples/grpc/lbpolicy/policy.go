@@ -209,19 +209,19 @@ func (p *policy) UpdateState(s balancer.State) {
 		e := p.ready[id]
 		if e == nil || e.weight != w || e.hashKey != k {
 			e, same = newEndpoint(id, w, k, c.State.Picker), false
+		} else {
+			// Kept: its child may have a new picker in this same state
+			// (endpointsharding aggregates a whole resolver update), which
+			// must replace the old one whether or not the set changes.
+			e.child.Store(&pickerBox{c.State.Picker})
 		}
 		ready = append(ready, e)
 		byID[id] = e
 	}
 	same = same && len(byID) == len(p.ready) && p.lb != nil && p.serving
 	if same {
-		// Only the children's pickers changed: swap them in, and publish
+		// Only the children's pickers changed (swapped in above): publish
 		// a picker so that gRPC picks again.
-		for _, c := range children {
-			if c.State.ConnectivityState == connectivity.Ready {
-				byID[endpointID(c.Endpoint)].child.Store(&pickerBox{c.State.Picker})
-			}
-		}
 		p.publishLocked()
 		return
 	}
