@@ -118,9 +118,9 @@
 //     40: the backends that draw picks stay the same (a subset picker
 //     keeps its subset; judged when two looks before the Update agree), a
 //     picker with key affinity keeps every key's first three attempts,
-//     a backend taught to be slow draws no more picks than before (in the
-//     set of 6), and the counts of every balancer.InFlightCounter layer
-//     stay with their IDs.
+//     a backend taught to be slow (the heaviest) draws no more picks than
+//     before (in the set of 6), and the counts of every
+//     balancer.InFlightCounter layer stay with their IDs.
 //   - Spread: every backend draws first tries, whatever its ID or its
 //     position in the slice: sets of 2, 3, 8 (weights 1, and 1 to 4) and
 //     33, each given in the order of its IDs, reversed and shuffled,
